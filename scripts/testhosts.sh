@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Real systemd test hosts (systemd-nspawn) for the end-to-end tests and the demo; needs root.
+#   bash scripts/testhosts.sh up N | down | purge | status
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$(bash "$root/scripts/venv.sh")"
+exec "$venv/bin/python" -m warmctl.lab.testhosts "$@"

@@ -1,0 +1,212 @@
+"""Render an instance's systemd files from `templates/` outside Ansible.
+
+The same template files the roles use, with the roles' own defaults (`roles/*/defaults/main.yml`)
+and the same filters, so the GPU benchmark and `warmctl render` start vLLM exactly as the unit
+would. `render_instance()` returns the unit and env file text, every timer/window file, and the
+parsed `argv` / `env` of the unit's ExecStart / EnvironmentFile.
+
+    from warmctl.render import render_instance
+    r = render_instance({"name": "qwen", "model": "/srv/models/qwen", "port": 8001},
+                        {"vllm_preflight_device_kind": "gpu"})
+    subprocess.Popen(r.argv, env={**os.environ, **r.env})
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from warmctl.calendar import CalendarError, to_oncalendar
+from warmctl.unitfile import env_quote, parse_env_file, systemd_quote, systemd_split, unit_values
+
+ROLES = ("vllm_preflight", "vllm_install", "vllm_service", "vllm_schedule", "vllm_verify")
+ANSIBLE_MANAGED = "Ansible managed"  # ansible-core's default `ansible_managed` text
+DEVICE_KEY = "vllm_preflight_device_kind"
+
+
+class RenderError(ValueError):
+    """An instance that cannot be rendered, said in one line."""
+
+
+@dataclass(frozen=True)
+class RenderedInstance:
+    name: str
+    device: str  # "gpu" or "cpu"
+    unit_name: str  # vllm-<name>.service
+    unit_text: str
+    env_path: str
+    env_text: str
+    argv: list[str]  # the unit's ExecStart (argv[0] is the venv's python)
+    env: dict[str, str]  # the unit's EnvironmentFile
+    warmup_argv: list[str]  # the unit's ExecStartPost
+    sleep: bool  # vLLM sleep mode on (GPU host and sleep enabled)
+    files: dict[str, str] = field(default_factory=dict)  # host path -> text, every file
+
+
+def _candidates(name: str) -> list[Path]:
+    here = Path(__file__).resolve().parent
+    return [here.parents[1] / name, here / f"_{name}"]
+
+
+def _find(name: str) -> Path:
+    for path in _candidates(name):
+        if path.is_dir():
+            return path
+    raise RenderError(f"cannot find the project's {name}/ folder (looked in {_candidates(name)})")
+
+
+def templates_dir() -> Path:
+    return _find("templates")
+
+
+def roles_dir() -> Path:
+    return _find("roles")
+
+
+@cache
+def role_defaults() -> dict[str, Any]:
+    """Every role's defaults/main.yml merged (the one source of the defaults)."""
+    import yaml
+
+    merged: dict[str, Any] = {}
+    base = roles_dir()
+    for role in ROLES:
+        path = base / role / "defaults" / "main.yml"
+        if path.is_file():
+            merged.update(yaml.safe_load(path.read_text()) or {})
+    return merged
+
+
+def _combine(base: Mapping[str, Any], *others: Mapping[str, Any], recursive: bool = False) -> dict:
+    result = dict(base)
+    for other in others:
+        for key, value in other.items():
+            if recursive and isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+                result[key] = _combine(result[key], value, recursive=True)
+            else:
+                result[key] = value
+    return result
+
+
+def _oncalendar(expr: Any) -> list[str]:
+    try:
+        return to_oncalendar(expr)
+    except CalendarError as exc:
+        raise RenderError(str(exc)) from None
+
+
+@cache
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(
+        combine=_combine,
+        to_json=lambda value, **kw: json.dumps(value, **kw),
+        quote=lambda value: shlex.quote(str(value)),
+        vllm_systemd_quote=systemd_quote,
+        vllm_env_quote=env_quote,
+        vllm_oncalendar=_oncalendar,
+    )
+    return env
+
+
+def _resolve(variables: dict[str, Any]) -> dict[str, Any]:
+    """Template the string defaults that refer to other variables (as Ansible would, lazily)."""
+    import jinja2
+
+    env = _environment()
+    for _ in range(5):
+        changed = False
+        for key, value in variables.items():
+            if isinstance(value, str) and "{{" in value:
+                try:
+                    rendered = env.from_string(value).render(variables)
+                except jinja2.UndefinedError:
+                    continue
+                if rendered != value:
+                    variables[key], changed = rendered, True
+        if not changed:
+            break
+    return variables
+
+
+def _render(template: str, variables: Mapping[str, Any]) -> str:
+    import jinja2
+
+    try:
+        return _environment().get_template(template).render(variables)
+    except jinja2.UndefinedError as exc:
+        raise RenderError(f"{template}: {exc.message}") from None
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"{template}: {exc}") from None
+
+
+def host_variables(host: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The roles' defaults overlaid with `host` (inventory/host vars), templated."""
+    variables = _combine(role_defaults(), {DEVICE_KEY: "gpu", "ansible_managed": ANSIBLE_MANAGED})
+    variables = _combine(variables, host or {})
+    if variables[DEVICE_KEY] not in ("gpu", "cpu"):
+        raise RenderError(f"{DEVICE_KEY} must be 'gpu' or 'cpu', got {variables[DEVICE_KEY]!r}")
+    return _resolve(variables)
+
+
+def render_instance(
+    instance: Mapping[str, Any], host: Mapping[str, Any] | None = None
+) -> RenderedInstance:
+    """Render every file of one instance (an item of `vllm_service_instances`)."""
+    if not isinstance(instance, Mapping):
+        raise RenderError(f"an instance must be a mapping, got {type(instance).__name__}")
+    for key in ("name", "model"):
+        if not isinstance(instance.get(key), str) or not instance[key]:
+            raise RenderError(f"instance {instance.get('name', '?')!r}: '{key}' is required")
+    name = instance["name"]
+    variables = _combine(host_variables(host), {"vllm_instance": dict(instance)})
+    unit_dir = variables["vllm_service_unit_dir"]
+    config_dir = variables["vllm_service_config_dir"]
+
+    unit_name = f"vllm-{name}.service"
+    unit_text = _render("vllm-instance.service.j2", variables)
+    env_path = f"{config_dir}/{name}.env"
+    env_text = _render("vllm-instance.env.j2", variables)
+    files = {f"{unit_dir}/{unit_name}": unit_text, env_path: env_text}
+    for window in instance.get("windows") or []:
+        for action in ("sleep", "wake"):
+            window_vars = _combine(variables, {"vllm_window": window, "vllm_window_action": action})
+            stem = f"{unit_dir}/vllm-{name}-{action}-{window['name']}"
+            files[f"{stem}.service"] = _render("vllm-window.service.j2", window_vars)
+            files[f"{stem}.timer"] = _render("vllm-window.timer.j2", window_vars)
+    if instance.get("windows"):
+        files[f"{config_dir}/{name}-window.sh"] = _render("vllm-reconcile.sh.j2", variables)
+        files[f"{unit_dir}/vllm-{name}-window.service"] = _render(
+            "vllm-reconcile.service.j2", variables
+        )
+
+    starts = unit_values(unit_text, "Service", "ExecStart")
+    posts = unit_values(unit_text, "Service", "ExecStartPost")
+    if len(starts) != 1 or len(posts) != 1:
+        raise RenderError(f"{unit_name}: expected one ExecStart and one ExecStartPost")
+    return RenderedInstance(
+        name=name,
+        device=variables[DEVICE_KEY],
+        unit_name=unit_name,
+        unit_text=unit_text,
+        env_path=env_path,
+        env_text=env_text,
+        argv=systemd_split(starts[0]),
+        env=parse_env_file(env_text),
+        warmup_argv=systemd_split(posts[0]),
+        sleep="--enable-sleep-mode" in systemd_split(starts[0]),
+        files=files,
+    )

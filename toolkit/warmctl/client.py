@@ -1,0 +1,350 @@
+"""HTTP client for a vLLM server's routes. Every failure becomes a one-line `WarmctlError`."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import requests
+
+from warmctl.errors import WarmctlError
+from warmctl.target import Target
+
+DEFAULT_TIMEOUT = 30.0
+# routes vLLM only mounts with VLLM_SERVER_DEV_MODE=1 (sleep ones also need --enable-sleep-mode)
+DEV_ROUTES = frozenset(
+    {"/is_sleeping", "/sleep", "/wake_up", "/collective_rpc", "/reset_prefix_cache", "/server_info"}
+)
+SLEEP_ROUTES = frozenset({"/is_sleeping", "/sleep", "/wake_up", "/collective_rpc"})
+_CAPTURE_TEXT = re.compile(r"['\"]?cudagraph_capture_sizes['\"]?\s*[:=]\s*\[([0-9,\s]*)\]")
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and everything it wraps (requests -> urllib3 -> socket)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        cur = todo.pop()
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        yield cur
+        todo.extend(a for a in getattr(cur, "args", ()) if isinstance(a, BaseException))
+        for attr in ("reason", "__cause__", "__context__"):
+            nxt = getattr(cur, attr, None)
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:200] or type(exc).__name__
+
+
+def transport_error(target: Target, path: str, exc: BaseException, timeout: float) -> WarmctlError:
+    """Map a requests/urllib3/socket exception to one line that says what went wrong."""
+    label = target.label
+    chain = list(_causes(exc))
+    if isinstance(exc, requests.exceptions.SSLError) or any(
+        type(c).__name__ in ("SSLError", "SSLCertVerificationError") for c in chain
+    ):
+        reason = next((c for c in reversed(chain) if "SSL" in type(c).__name__), exc)
+        return WarmctlError(f"{label}: TLS error: {_short(reason)}", kind="tls")
+    if isinstance(exc, requests.exceptions.Timeout) or any(
+        isinstance(c, socket.timeout | TimeoutError) for c in chain
+    ):
+        return WarmctlError(
+            f"{label}: timed out after {timeout:g} s waiting for {path} (raise --timeout?)",
+            kind="timeout",
+        )
+    text = " ".join(str(c) for c in chain)
+    if (
+        any(isinstance(c, socket.gaierror) for c in chain)
+        or any(type(c).__name__ == "NameResolutionError" for c in chain)
+        or re.search(
+            r"Name or service not known|Temporary failure in name resolution|"
+            r"nodename nor servname|No address associated",
+            text,
+        )
+    ):
+        return WarmctlError(
+            f"{label}: DNS failure: cannot resolve host {target.host!r}", kind="dns"
+        )
+    if any(isinstance(c, ConnectionRefusedError) for c in chain) or "Connection refused" in text:
+        return WarmctlError(
+            f"{label}: connection refused (is vLLM running and listening on port {target.port}?)",
+            kind="refused",
+        )
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError) or any(
+        type(c).__name__ in ("RemoteDisconnected", "ProtocolError", "IncompleteRead") for c in chain
+    ):
+        return WarmctlError(
+            f"{label}: the server closed the connection during {path} (did the engine die?)",
+            kind="server",
+        )
+    return WarmctlError(f"{label}: cannot reach {path}: {_short(exc)}", kind="refused")
+
+
+def error_detail(resp: requests.Response) -> str:
+    """The server's own error message (vLLM: {"error": {"message"}} or FastAPI {"detail"})."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    msg: Any = None
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            msg = err.get("message")
+        elif isinstance(err, str):
+            msg = err
+        msg = msg or body.get("message") or body.get("detail")
+    if msg is None:
+        msg = resp.text or resp.reason or ""
+    return " ".join(str(msg).split())[:300]
+
+
+def http_error(
+    target: Target, path: str, resp: requests.Response, api_key: str | None
+) -> WarmctlError:
+    label, code = target.label, resp.status_code
+    if code in (401, 403):
+        hint = (
+            "the API key was refused (check --api-key / VLLM_API_KEY)"
+            if api_key
+            else "the server wants an API key: pass --api-key or set VLLM_API_KEY"
+        )
+        return WarmctlError(f"{label}: HTTP {code} on {path}: {hint}", kind="auth", status=code)
+    if code == 404 and path in DEV_ROUTES:
+        return WarmctlError(
+            f"{label}: {path} is not served (HTTP 404): the server needs VLLM_SERVER_DEV_MODE=1 "
+            "in its environment and --enable-sleep-mode",
+            kind="dev_route",
+            status=code,
+        )
+    if code == 404:
+        return WarmctlError(
+            f"{label}: {path} not found (HTTP 404): is {target.base_url} a vLLM server?",
+            kind="not_found",
+            status=code,
+        )
+    detail = error_detail(resp)
+    if code >= 500:
+        dead = "EngineDead" in detail or "engine" in detail.lower() or path == "/health"
+        what = "engine dead or failing" if dead else "server error"
+        return WarmctlError(
+            f"{label}: {what}: HTTP {code} on {path}" + (f": {detail}" if detail else ""),
+            kind="server",
+            status=code,
+        )
+    return WarmctlError(
+        f"{label}: HTTP {code} on {path}" + (f": {detail}" if detail else ""),
+        kind="bad_request" if code == 400 else "generic",
+        status=code,
+    )
+
+
+class Client:
+    """One vLLM server. Thread-safe: each thread gets its own HTTP session."""
+
+    def __init__(
+        self, target: Target, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        self.target = target
+        self.api_key = api_key or None
+        self.timeout = timeout
+        self._local = threading.local()
+
+    # -- plumbing -------------------------------------------------------------------------
+    @property
+    def session(self) -> requests.Session:
+        sess = getattr(self._local, "session", None)
+        if sess is None:
+            sess = requests.Session()
+            sess.headers["User-Agent"] = "warmctl"
+            if self.api_key:
+                sess.headers["Authorization"] = f"Bearer {self.api_key}"
+            self._local.session = sess
+        return sess
+
+    def url(self, path: str) -> str:
+        return self.target.base_url + path
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | list[tuple[str, Any]] | None = None,
+        json_body: Any = None,
+        stream: bool = False,
+        timeout: float | None = None,
+        ok_404: bool = False,
+    ) -> requests.Response | None:
+        """Send; return the response if 2xx (None for a 404 when `ok_404`), else raise."""
+        limit = self.timeout if timeout is None else timeout
+        try:
+            resp = self.session.request(
+                method, self.url(path), params=params, json=json_body, stream=stream, timeout=limit
+            )
+        except requests.RequestException as exc:
+            raise transport_error(self.target, path, exc, limit) from None
+        if resp.status_code == 404 and ok_404:
+            resp.close()
+            return None
+        if not 200 <= resp.status_code < 300:
+            err = http_error(self.target, path, resp, self.api_key)
+            resp.close()
+            raise err
+        return resp
+
+    def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        resp = self.request("GET", path, params=params)
+        assert resp is not None
+        return self._json(resp, path)
+
+    def _json(self, resp: requests.Response, path: str) -> Any:
+        try:
+            return resp.json()
+        except ValueError:
+            raise WarmctlError(
+                f"{self.target.label}: {path} did not answer JSON: {resp.text[:120]!r}",
+                kind="protocol",
+            ) from None
+
+    # -- plain routes ---------------------------------------------------------------------
+    def health(self) -> None:
+        """`/health` answers 200 (the API process is up; the model may still be loading)."""
+        self.request("GET", "/health")
+
+    def models(self) -> list[dict[str, Any]]:
+        """`/v1/models` `data`: each has `id` and (vLLM) `max_model_len`."""
+        body = self.get_json("/v1/models")
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            raise WarmctlError(
+                f"{self.target.label}: /v1/models has no 'data' list: is this a vLLM server?",
+                kind="protocol",
+            )
+        return [m for m in data if isinstance(m, dict) and m.get("id")]
+
+    def version(self) -> str | None:
+        resp = self.request("GET", "/version", ok_404=True)
+        if resp is None:
+            return None
+        body = self._json(resp, "/version")
+        return str(body.get("version")) if isinstance(body, dict) and "version" in body else None
+
+    def metrics_text(self) -> str:
+        resp = self.request("GET", "/metrics")
+        assert resp is not None
+        return resp.text
+
+    def metrics(self) -> Any:
+        """`/metrics` parsed into `warmctl.metrics.Metrics`."""
+        from warmctl.metrics import parse_metrics
+
+        return parse_metrics(self.metrics_text(), self.target.label)
+
+    # -- dev-mode routes (VLLM_SERVER_DEV_MODE=1) -----------------------------------------
+    def is_sleeping(self) -> bool:
+        body = self.get_json("/is_sleeping")
+        if not isinstance(body, dict) or "is_sleeping" not in body:
+            raise WarmctlError(
+                f"{self.target.label}: /is_sleeping answered {body!r}", kind="protocol"
+            )
+        return bool(body["is_sleeping"])
+
+    def sleep(self, level: int = 1, timeout: float | None = None) -> None:
+        self.request("POST", "/sleep", params={"level": str(level)}, timeout=timeout)
+
+    def wake_up(self, tags: Sequence[str] | None = None, timeout: float | None = None) -> None:
+        params = [("tags", t) for t in tags] if tags else None
+        self.request("POST", "/wake_up", params=params, timeout=timeout)
+
+    def collective_rpc(
+        self,
+        method: str,
+        args: Sequence[str] = (),
+        kwargs: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        body: dict[str, Any] = {"method": method, "args": list(args), "kwargs": kwargs or {}}
+        resp = self.request("POST", "/collective_rpc", json_body=body, timeout=timeout)
+        assert resp is not None
+        if not resp.content:
+            return None
+        return self._json(resp, "/collective_rpc")
+
+    def reset_prefix_cache(self) -> None:
+        self.request("POST", "/reset_prefix_cache")
+
+    def server_info(self) -> dict[str, Any]:
+        """`/server_info?config_format=json` (`vllm_config` is a dict, or a str on older vLLM)."""
+        body = self.get_json("/server_info", params={"config_format": "json"})
+        if not isinstance(body, dict):
+            raise WarmctlError(
+                f"{self.target.label}: /server_info answered {body!r}", kind="protocol"
+            )
+        return body
+
+    def capture_sizes(self) -> list[int] | None:
+        """Batch sizes the server captured as CUDA graphs when it tells (dev mode), else None."""
+        try:
+            info = self.server_info()
+        except WarmctlError as err:
+            if err.kind in ("dev_route", "not_found", "protocol", "bad_request"):
+                return None
+            raise
+        return capture_sizes_from_config(info.get("vllm_config"))
+
+    # -- readiness ------------------------------------------------------------------------
+    def wait_ready(self, timeout: float = 600.0, interval: float = 0.5) -> list[dict[str, Any]]:
+        """Wait until `/v1/models` lists a model (`/health` alone answers before the model is
+        loaded). Retries refused connections, timeouts and 5xx; other failures raise at once."""
+        deadline = time.monotonic() + timeout
+        last: WarmctlError | None = None
+        while True:
+            try:
+                models = self.models()
+                if models:
+                    return models
+                last = WarmctlError(f"{self.target.label}: /v1/models lists no model yet")
+            except WarmctlError as err:
+                if err.kind not in ("refused", "timeout", "server"):
+                    raise
+                last = err
+            if time.monotonic() + interval > deadline:
+                raise WarmctlError(
+                    f"{self.target.label}: not ready after {timeout:g} s; last: "
+                    f"{last.message.removeprefix(self.target.label + ': ') if last else '?'}",
+                    kind=last.kind if last else "timeout",
+                )
+            time.sleep(interval)
+
+
+def capture_sizes_from_config(config: Any) -> list[int] | None:
+    """`compilation_config.cudagraph_capture_sizes` from a vllm_config dict or its str()."""
+    if isinstance(config, dict):
+        comp = config.get("compilation_config")
+        if isinstance(comp, str):
+            try:
+                comp = json.loads(comp)
+            except ValueError:
+                return capture_sizes_from_config(comp)
+        if isinstance(comp, dict):
+            sizes = comp.get("cudagraph_capture_sizes")
+            if isinstance(sizes, list) and all(isinstance(s, int) for s in sizes):
+                return sorted(set(sizes)) or None
+        return None
+    if isinstance(config, str):
+        match = _CAPTURE_TEXT.search(config)
+        if match:
+            sizes = [int(s) for s in match.group(1).replace(",", " ").split()]
+            return sorted(set(sizes)) or None
+    return None

@@ -1,0 +1,129 @@
+"""Targets from an Ansible inventory, read with ansible-core's own loader (any format and
+plugin ansible-playbook accepts, group_vars/host_vars beside it included).
+
+Per host: the address is `ansible_host` (else the inventory name). Ports: one target per item
+of `vllm_service_instances` (a list of dicts with `name` and `port`, the roles' variable), else
+`warmctl_port`, else the default port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from warmctl.errors import WarmctlError
+from warmctl.target import DEFAULT_PORT, Target, parse_target
+
+INSTANCES_VAR = "vllm_service_instances"
+PORT_VAR = "warmctl_port"
+_PLUGIN_FAIL = re.compile(r"Failed to parse inventory with '(\w+)' plugin: ([^\n]+)")
+
+
+def _load(path: str, limit: str | None) -> list[tuple[str, dict[str, Any]]]:
+    # an inventory source no plugin can parse must fail, not become an empty inventory
+    os.environ.setdefault("ANSIBLE_INVENTORY_UNPARSED_FAILED", "True")
+    os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
+    try:
+        from ansible.errors import AnsibleError
+        from ansible.inventory.manager import InventoryManager
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.vars.manager import VariableManager
+    except ImportError:
+        raise WarmctlError(
+            "reading an Ansible inventory needs ansible-core: pip install 'warmctl[inventory]'",
+            kind="missing_dependency",
+        ) from None
+    captured = io.StringIO()
+    try:
+        loader = DataLoader()
+        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
+            inventory = InventoryManager(loader=loader, sources=[path])
+            if limit:
+                inventory.subset(limit)
+            variables = VariableManager(loader=loader, inventory=inventory)
+            out: list[tuple[str, dict[str, Any]]] = []
+            for host in inventory.get_hosts():
+                hv = variables.get_vars(host=host, include_hostvars=False)
+                out.append((host.name, _template(loader, hv)))
+        return out
+    except AnsibleError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        why = _plugin_reason(captured.getvalue(), path)
+        raise WarmctlError(
+            f"inventory {path!r} does not parse: {why or first}", kind="input"
+        ) from None
+
+
+def _plugin_reason(warnings: str, path: str) -> str | None:
+    """The parse error of the plugin that matches the file (yaml for .yml/.yaml, else ini)."""
+    reasons = dict(_PLUGIN_FAIL.findall(warnings))
+    want = "yaml" if path.endswith((".yml", ".yaml")) else "ini"
+    reason = reasons.get(want) or next(iter(reasons.values()), None)
+    return " ".join(reason.split()) if reason else None
+
+
+def _template(loader: Any, hv: dict[str, Any]) -> dict[str, Any]:
+    """Resolve `{{ }}` in the few variables we read."""
+    from ansible.template import Templar
+
+    templar = Templar(loader=loader, variables=hv)
+    out: dict[str, Any] = {}
+    for key in ("ansible_host", PORT_VAR, INSTANCES_VAR):
+        if key in hv:
+            out[key] = templar.template(hv[key])
+    return out
+
+
+def _port(value: Any, where: str) -> int:
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        raise WarmctlError(f"{where}: port {value!r} is not a number", kind="input") from None
+    if not 1 <= port <= 65535:
+        raise WarmctlError(f"{where}: port {port} is out of range", kind="input")
+    return port
+
+
+def targets_for_host(
+    name: str, hv: dict[str, Any], default_port: int = DEFAULT_PORT
+) -> list[Target]:
+    """The targets one inventory host stands for (pure: unit-testable without Ansible)."""
+    address = str(hv.get("ansible_host") or name)
+    instances = hv.get(INSTANCES_VAR)
+    if instances:
+        if not isinstance(instances, list):
+            raise WarmctlError(f"{name}: {INSTANCES_VAR} must be a list", kind="input")
+        targets = []
+        for i, inst in enumerate(instances):
+            if not isinstance(inst, dict) or "port" not in inst:
+                raise WarmctlError(
+                    f"{name}: {INSTANCES_VAR}[{i}] needs a 'port' (and a 'name')", kind="input"
+                )
+            port = _port(inst["port"], f"{name} {INSTANCES_VAR}[{i}]")
+            base = parse_target(address, default_port=port)
+            targets.append(base.with_name(f"{name}/{inst.get('name', i)}"))
+        return targets
+    port = _port(hv[PORT_VAR], f"{name} {PORT_VAR}") if PORT_VAR in hv else default_port
+    target = parse_target(address, default_port=port)
+    return [target.with_name(name if address == name else f"{name}:{target.port}")]
+
+
+def hosts_from_inventory(
+    path: str | Path, limit: str | None = None, default_port: int = DEFAULT_PORT
+) -> list[Target]:
+    """Every target of the (limited) inventory; raises if it is missing, unparsable or empty."""
+    p = str(path)
+    if not Path(p).exists():
+        raise WarmctlError(f"inventory {p!r} not found", kind="input")
+    hosts = _load(p, limit)
+    if not hosts:
+        what = f" matching --limit {limit!r}" if limit else ""
+        raise WarmctlError(f"inventory {p!r} has no hosts{what}", kind="input")
+    targets: list[Target] = []
+    for name, hv in hosts:
+        targets.extend(targets_for_host(name, hv, default_port))
+    return targets

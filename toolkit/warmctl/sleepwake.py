@@ -1,0 +1,227 @@
+"""Sleep and wake a vLLM server safely.
+
+Sleep drains first: vLLM's `/sleep` aborts or races requests in flight (vllm-project/vllm#45520,
+#45268), so we wait until `vllm:num_requests_running` + `vllm:num_requests_waiting` is 0 before
+`POST /sleep?level=N`, then confirm with `/is_sleeping`. Wake after level 2 must reload weights:
+`/wake_up?tags=weights`, `/collective_rpc {"method": "reload_weights"}`, `/wake_up?tags=kv_cache`,
+`/reset_prefix_cache`; then the warmup runs so the first user request after a wake is fast.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from warmctl.client import Client
+from warmctl.errors import WarmctlError
+from warmctl.warmup import WarmupReport, warmup
+
+DEFAULT_DRAIN_TIMEOUT = 60.0
+DEFAULT_OP_TIMEOUT = 600.0  # offloading or reloading big weights can take minutes
+
+
+@dataclass
+class Step:
+    name: str
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "seconds": self.seconds}
+
+
+@dataclass
+class DrainResult:
+    drained: bool
+    seconds: float
+    running: float
+    waiting: float
+    polls: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def drain(
+    client: Client,
+    timeout: float = DEFAULT_DRAIN_TIMEOUT,
+    interval: float = 0.2,
+    settle: int = 2,
+) -> DrainResult:
+    """Wait until running + waiting requests are 0 on `settle` polls in a row (or `timeout`)."""
+    t0 = time.monotonic()
+    zeros = polls = 0
+    while True:
+        m = client.metrics()
+        polls += 1
+        if m.running is None and m.waiting is None:
+            raise WarmctlError(
+                f"{client.target.label}: /metrics has no vllm:num_requests_running or "
+                "vllm:num_requests_waiting: cannot tell whether requests are in flight",
+                kind="protocol",
+            )
+        running, waiting = m.running or 0.0, m.waiting or 0.0
+        zeros = zeros + 1 if running + waiting == 0 else 0
+        elapsed = time.monotonic() - t0
+        if zeros >= settle:
+            return DrainResult(True, elapsed, running, waiting, polls)
+        if elapsed + interval > timeout:
+            return DrainResult(False, elapsed, running, waiting, polls)
+        time.sleep(interval)
+
+
+def _wait_sleeping(client: Client, want: bool, timeout: float, interval: float = 0.2) -> float:
+    t0 = time.monotonic()
+    while True:
+        if client.is_sleeping() == want:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 + interval > timeout:
+            state = "asleep" if want else "awake"
+            raise WarmctlError(
+                f"{client.target.label}: the server accepted the request but is not {state} "
+                f"after {timeout:g} s (/is_sleeping)",
+                kind="server",
+            )
+        time.sleep(interval)
+
+
+@dataclass
+class SleepReport:
+    target: str
+    level: int
+    already_asleep: bool = False
+    drain: DrainResult | None = None
+    steps: list[Step] = field(default_factory=list)
+    total_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "level": self.level,
+            "already_asleep": self.already_asleep,
+            "drain": self.drain.to_dict() if self.drain else None,
+            "steps": [s.to_dict() for s in self.steps],
+            "total_s": self.total_s,
+        }
+
+
+def sleep(
+    client: Client,
+    level: int = 1,
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+    poll_interval: float = 0.2,
+    op_timeout: float = DEFAULT_OP_TIMEOUT,
+) -> SleepReport:
+    """Drain, sleep at `level`, confirm. Already asleep -> a no-op report. A drain that times
+    out raises (kind `drain_timeout`) and the server is left awake."""
+    if level not in (1, 2):
+        raise WarmctlError(f"sleep level must be 1 or 2, not {level}", kind="input")
+    t0 = time.monotonic()
+    report = SleepReport(target=client.target.label, level=level)
+    if client.is_sleeping():
+        report.already_asleep = True
+        report.total_s = time.monotonic() - t0
+        return report
+    report.drain = drain(client, drain_timeout, poll_interval)
+    report.steps.append(Step("drain", report.drain.seconds))
+    if not report.drain.drained:
+        d = report.drain
+        raise WarmctlError(
+            f"{client.target.label}: not put to sleep: still {d.running:g} running and "
+            f"{d.waiting:g} waiting requests after --drain-timeout {drain_timeout:g} s",
+            kind="drain_timeout",
+        )
+    s0 = time.monotonic()
+    client.sleep(level, timeout=op_timeout)
+    report.steps.append(Step(f"sleep level {level}", time.monotonic() - s0))
+    report.steps.append(Step("confirm", _wait_sleeping(client, True, 30.0, poll_interval)))
+    report.total_s = time.monotonic() - t0
+    return report
+
+
+@dataclass
+class WakeReport:
+    target: str
+    already_awake: bool = False
+    level: int | None = None
+    level_source: str = ""  # "server" (vllm:engine_sleep_state), "--level", "assumed"
+    steps: list[Step] = field(default_factory=list)
+    warmup: WarmupReport | None = None
+    total_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "already_awake": self.already_awake,
+            "level": self.level,
+            "level_source": self.level_source,
+            "steps": [s.to_dict() for s in self.steps],
+            "warmup": self.warmup.to_dict() if self.warmup else None,
+            "total_s": self.total_s,
+        }
+
+
+def sleep_level_of(client: Client) -> int | None:
+    """1 or 2 when the server tells (`vllm:engine_sleep_state`), else None."""
+    try:
+        level = client.metrics().sleep_level
+    except WarmctlError as err:
+        if err.kind in ("protocol", "not_found"):
+            return None
+        raise
+    return level if level in (1, 2) else None
+
+
+def wake(
+    client: Client,
+    level: int | None = None,
+    run_warmup: bool = True,
+    warmup_options: dict[str, Any] | None = None,
+    op_timeout: float = DEFAULT_OP_TIMEOUT,
+    on_step: Callable[[str], None] | None = None,
+) -> WakeReport:
+    """Wake (reloading weights after level 2), confirm, then warm up.
+
+    The level comes from the server when it exports `vllm:engine_sleep_state`, else from `level`;
+    if neither tells, the level-2 path is used: it is correct after either level (it reloads the
+    weights from disk, where level 1 would have restored them from CPU memory).
+    """
+    t0 = time.monotonic()
+    report = WakeReport(target=client.target.label)
+
+    def step(name: str, fn: Callable[[], object]) -> None:
+        if on_step:
+            on_step(name)
+        s0 = time.monotonic()
+        fn()
+        report.steps.append(Step(name, time.monotonic() - s0))
+
+    if not client.is_sleeping():
+        report.already_awake = True
+    else:
+        told = sleep_level_of(client)
+        if told is not None:
+            report.level, report.level_source = told, "server"
+        elif level in (1, 2):
+            report.level, report.level_source = level, "--level"
+        else:
+            report.level, report.level_source = 2, "assumed"
+        if report.level == 1:
+            step("wake_up", lambda: client.wake_up(timeout=op_timeout))
+        else:
+            step("wake_up weights", lambda: client.wake_up(["weights"], timeout=op_timeout))
+            step(
+                "reload_weights",
+                lambda: client.collective_rpc("reload_weights", timeout=op_timeout),
+            )
+            step("wake_up kv_cache", lambda: client.wake_up(["kv_cache"], timeout=op_timeout))
+            step("reset_prefix_cache", client.reset_prefix_cache)
+        report.steps.append(Step("confirm", _wait_sleeping(client, False, 30.0)))
+    if run_warmup:
+        if on_step:
+            on_step("warmup")
+        report.warmup = warmup(client, **(warmup_options or {}))
+        report.steps.append(Step("warmup", report.warmup.total_s))
+    report.total_s = time.monotonic() - t0
+    return report

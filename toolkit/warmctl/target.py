@@ -1,0 +1,123 @@
+"""Parse what an operator types for a server (`HOST`, `HOST:PORT`, `[v6]:PORT`, a URL)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from warmctl.errors import WarmctlError
+
+DEFAULT_PORT = 8000
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_-]{1,63})*\.?$"
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One vLLM server: `base_url` has no trailing slash; `label` is what tables show."""
+
+    scheme: str
+    host: str
+    port: int
+    prefix: str = ""
+    name: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}{self.prefix}"
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        scheme = "" if self.scheme == "http" else f"{self.scheme}://"
+        return f"{scheme}{host}:{self.port}{self.prefix}"
+
+    def with_name(self, name: str) -> Target:
+        return Target(self.scheme, self.host, self.port, self.prefix, name)
+
+
+def _bad(text: str, why: str) -> WarmctlError:
+    return WarmctlError(
+        f"bad host {text!r}: {why} (expected HOST, HOST:PORT, [IPv6]:PORT or http(s)://HOST[:PORT])",
+        kind="input",
+    )
+
+
+def _check_host(text: str, host: str) -> str:
+    if not host:
+        raise _bad(text, "empty host")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    if not _HOSTNAME.match(host):
+        raise _bad(text, f"{host!r} is not a host name or IP address")
+    return host.rstrip(".").lower() if host != "." else host
+
+
+def _check_port(text: str, port: str | int | None, default: int) -> int:
+    if port is None or port == "":
+        return default
+    try:
+        value = int(port)
+    except (TypeError, ValueError):
+        raise _bad(text, f"port {port!r} is not a number") from None
+    if not 1 <= value <= 65535:
+        raise _bad(text, f"port {value} is out of range 1-65535")
+    return value
+
+
+def parse_target(text: str, default_port: int = DEFAULT_PORT) -> Target:
+    """`host`, `host:port`, `[v6]:port`, bare IPv6, or `http(s)://host[:port][/prefix]`."""
+    raw = text.strip()
+    if not raw:
+        raise _bad(text, "empty")
+    if "://" in raw:
+        parts = urlsplit(raw)
+        if parts.scheme not in ("http", "https"):
+            raise _bad(text, f"scheme {parts.scheme!r} is not http or https")
+        if parts.query or parts.fragment:
+            raise _bad(text, "a query or fragment makes no sense here")
+        try:
+            port_value = parts.port
+        except ValueError as exc:
+            raise _bad(text, str(exc)) from None
+        host = _check_host(text, parts.hostname or "")
+        # a URL means what URLs mean: no port -> the scheme's port (80 / 443)
+        port = port_value if port_value is not None else (443 if parts.scheme == "https" else 80)
+        prefix = parts.path.rstrip("/")
+        return Target(parts.scheme, host, port, prefix)
+    if raw.startswith("["):
+        end = raw.find("]")
+        if end < 0:
+            raise _bad(text, "unclosed '['")
+        host = raw[1:end]
+        rest = raw[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise _bad(text, f"unexpected {rest!r} after ']'")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise _bad(text, f"{host!r} is not an IPv6 address") from None
+        return Target(
+            "http",
+            str(ipaddress.ip_address(host)),
+            _check_port(text, rest[1:] or None, default_port),
+        )
+    if raw.count(":") > 1:
+        try:
+            return Target("http", str(ipaddress.IPv6Address(raw)), default_port)
+        except ValueError:
+            raise _bad(text, "too many ':' (write IPv6 as [addr]:port)") from None
+    host, sep, port = raw.partition(":")
+    if sep and not port:
+        raise _bad(text, "missing port after ':'")
+    if "/" in raw:
+        raise _bad(text, "a path needs a URL (http://HOST:PORT/prefix)")
+    return Target("http", _check_host(text, host), _check_port(text, port or None, default_port))

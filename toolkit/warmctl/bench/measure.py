@@ -1,0 +1,120 @@
+"""Request-side measurements against a ready server, all through warmctl's client (`api.Api`):
+the first request and steady TTFT at c = 1, the first and steady 16-wide bursts, decode speed."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from dataclasses import dataclass, field
+
+from warmctl.bench.api import Api, Sample
+from warmctl.bench.prompts import prompt
+
+
+class Counter:
+    """Hands out prompt indexes, so every request of a run has its own prompt."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._n += 1
+            return self._n
+
+
+@dataclass(frozen=True)
+class Single:
+    first_ms: float
+    steady_ms: float  # median of the requests after the first
+    samples_ms: list[float]
+    prompt_tokens: int | None
+
+    @property
+    def ratio(self) -> float:
+        return self.first_ms / self.steady_ms
+
+
+@dataclass(frozen=True)
+class Bursts:
+    width: int
+    first_mean_ms: float
+    first_max_ms: float
+    steady_mean_ms: float  # median over the later bursts of each burst's mean TTFT
+    steady_max_ms: float
+    bursts_ms: list[list[float]] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return self.first_mean_ms / self.steady_mean_ms
+
+
+@dataclass(frozen=True)
+class Decode:
+    ms_per_token: float  # median over the runs
+    runs: list[float]
+    tokens: int
+
+
+def _ms(s: Sample) -> float:
+    return s.ttft_s * 1000.0
+
+
+def single(api: Api, counter: Counter, n: int = 11, max_tokens: int = 8) -> Single:
+    """`n` sequential requests; the first is "the first user request"."""
+    samples = [api.complete(prompt(counter.next()), max_tokens) for _ in range(n)]
+    ms = [_ms(s) for s in samples]
+    return Single(ms[0], statistics.median(ms[1:]), ms, samples[0].prompt_tokens)
+
+
+def burst(api: Api, counter: Counter, width: int, max_tokens: int = 8) -> list[float]:
+    """`width` requests released together; their TTFTs in ms."""
+    gate = threading.Barrier(width)
+    out: list[float | BaseException] = [0.0] * width
+
+    def one(i: int, index: int) -> None:
+        try:
+            gate.wait(timeout=30)
+            out[i] = _ms(api.complete(prompt(index), max_tokens))
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            out[i] = exc
+
+    threads = [
+        threading.Thread(target=one, args=(i, counter.next()), daemon=True) for i in range(width)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    for value in out:
+        if isinstance(value, BaseException):
+            raise value
+    return [float(v) for v in out if not isinstance(v, BaseException)]
+
+
+def bursts(api: Api, counter: Counter, width: int = 16, n: int = 5) -> Bursts:
+    """`n` bursts one after the other; the first is "the first burst" after warmup."""
+    runs = [burst(api, counter, width) for _ in range(n)]
+    means = [statistics.fmean(r) for r in runs]
+    maxes = [max(r) for r in runs]
+    return Bursts(
+        width,
+        means[0],
+        maxes[0],
+        statistics.median(means[1:]),
+        statistics.median(maxes[1:]),
+        [[round(x, 2) for x in r] for r in runs],
+    )
+
+
+def decode(api: Api, counter: Counter, tokens: int = 128, n: int = 3) -> Decode:
+    """Inter-token time of long generations (first to last token over the tokens after it)."""
+    runs = []
+    for _ in range(n):
+        s = api.complete(prompt(counter.next()), tokens, ignore_eos=True)
+        if s.decode_ms_per_token is not None:
+            runs.append(s.decode_ms_per_token)
+    return Decode(
+        statistics.median(runs) if runs else float("nan"), [round(r, 3) for r in runs], tokens
+    )

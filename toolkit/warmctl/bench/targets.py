@@ -1,0 +1,128 @@
+"""The issue's targets, evaluated on a benchmark document (the JSON the runner writes).
+
+Each target is judged on the project's unit (config B) and, where the plan ran it, on C; the
+restart target compares a primed restart to warm against plain vLLM's (A's) cold start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+FIRST_RATIO = 1.1
+BURST_RATIO = 1.2
+RESTART_SHARE = 0.5
+L1_WAKE_TO_TOKEN_S = 0.5
+L2_WAKE_S = 1.5
+L1_FREED = 0.98
+
+
+@dataclass(frozen=True)
+class Verdict:
+    target: str
+    config: str
+    measured: str
+    limit: str
+    met: bool | None  # None: not measured in this run
+    value: float | None = None
+
+
+def _steps(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    return [
+        s
+        for s in doc.get("steps", [])
+        if s.get("config") == key and "error" not in s and "skipped" not in s
+    ]
+
+
+def _cycles(steps: list[dict[str, Any]], level: int, how: str) -> list[dict[str, Any]]:
+    return [
+        c
+        for s in steps
+        for c in s.get("sleep") or []
+        if c.get("level") == level and c.get("how") == how and "error" not in c
+    ]
+
+
+def evaluate(doc: dict[str, Any], configs: tuple[str, ...] = ("B", "C")) -> list[Verdict]:
+    out: list[Verdict] = []
+    a_cold = [s["ready_s"] for s in _steps(doc, "A") if s["state"] == "cold" and "ready_s" in s]
+    for key in configs:
+        steps = _steps(doc, key)
+        if not steps:
+            continue
+        ratios = [s["single"]["ratio"] for s in steps if "single" in s]
+        out.append(
+            _worst("first request after warm / steady TTFT (c=1)", key, ratios, FIRST_RATIO, "x")
+        )
+        ratios = [s["bursts"]["ratio"] for s in steps if "bursts" in s]
+        out.append(
+            _worst("first 16-wide burst / steady burst (mean TTFT)", key, ratios, BURST_RATIO, "x")
+        )
+        restarts = [s["warm_s"] for s in steps if s["state"] == "restart" and "warm_s" in s]
+        if restarts and a_cold:
+            share = max(restarts) / min(a_cold)
+            out.append(
+                Verdict(
+                    "restart to warm / plain vLLM cold start",
+                    key,
+                    f"{max(restarts):.1f} s / {min(a_cold):.1f} s = {share:.0%}",
+                    f"<= {RESTART_SHARE:.0%}",
+                    share <= RESTART_SHARE,
+                    share,
+                )
+            )
+        else:
+            out.append(
+                Verdict(
+                    "restart to warm / plain vLLM cold start",
+                    key,
+                    "not run",
+                    f"<= {RESTART_SHARE:.0%}",
+                    None,
+                )
+            )
+        l1 = _cycles(steps, 1, "warmctl")
+        vals = [c["wake_to_first_token_s"] for c in l1]
+        out.append(_worst("L1: warmctl wake -> first token", key, vals, L1_WAKE_TO_TOKEN_S, "s"))
+        l2 = _cycles(steps, 2, "warmctl")
+        vals = [c["wake_s"] for c in l2]
+        out.append(_worst("L2: warmctl wake (reload + warmup)", key, vals, L2_WAKE_S, "s"))
+        freed = [
+            c["freed_fraction"]
+            for c in _cycles(steps, 1, "route") + l1
+            if c.get("freed_fraction") is not None
+        ]
+        if freed:
+            low = min(freed)
+            out.append(
+                Verdict(
+                    "L1: share of the server's GPU memory freed",
+                    key,
+                    f"{low:.1%}",
+                    f">= {L1_FREED:.0%}",
+                    low >= L1_FREED,
+                    low,
+                )
+            )
+        else:
+            out.append(
+                Verdict(
+                    "L1: share of the server's GPU memory freed",
+                    key,
+                    "not run",
+                    f">= {L1_FREED:.0%}",
+                    None,
+                )
+            )
+    return out
+
+
+def _worst(name: str, key: str, values: list[float], limit: float, unit: str) -> Verdict:
+    lim = f"<= {limit:g}{'x' if unit == 'x' else ' s'}"
+    if not values:
+        return Verdict(name, key, "not run", lim, None)
+    worst = max(values)
+    text = f"{worst:.2f}x" if unit == "x" else f"{worst:.3f} s"
+    if len(values) > 1:
+        text += f" (worst of {len(values)})"
+    return Verdict(name, key, text, lim, worst <= limit, worst)

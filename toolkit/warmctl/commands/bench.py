@@ -1,0 +1,167 @@
+"""`warmctl bench`: cold start, primed restart, first requests, bursts, decode and sleep/wake of
+plain vLLM (A), the project's unit (B) and an alternative (C), side by side on one machine."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from warmctl.errors import WarmctlError
+
+
+def _parse_env(items: tuple[str, ...]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise WarmctlError(f"--env {item!r}: expected KEY=VALUE", kind="input")
+        env[key] = value
+    return env
+
+
+def _parse_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise WarmctlError(
+            f"--c-capture-sizes {text!r}: expected integers like 1,2,4,8", kind="input"
+        ) from None
+    if not sizes or sizes[0] < 1:
+        raise WarmctlError(f"--c-capture-sizes {text!r}: expected positive integers", kind="input")
+    return sizes
+
+
+@click.command("bench")
+@click.option("--model", help="Model folder (or id) every configuration serves.")
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(path_type=Path),
+    default=sys.executable,
+    show_default="this interpreter",
+    help="Python that has vLLM installed.",
+)
+@click.option(
+    "--plan",
+    default="A,B,B+sleep,C,C",
+    show_default=True,
+    help="Starts in order; a configuration's repeat is a restart with primed caches; "
+    "+sleep adds the sleep/wake cycles.",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "gpu", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="auto: gpu when nvidia-smi exists.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("out/bench"),
+    show_default=True,
+    help="Folder for bench.json, the server logs and the caches.",
+)
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--served-name", default="m", show_default=True)
+@click.option(
+    "--arg",
+    "args",
+    multiple=True,
+    help="vLLM argument every configuration gets (this machine needs it), repeatable.",
+)
+@click.option("--env", "envs", multiple=True, help="KEY=VALUE every configuration gets.")
+@click.option(
+    "--c-capture-sizes",
+    default=None,
+    help="C's cudagraph_capture_sizes (default 1,2,4,8,16,24,32,48,...,384,512).",
+)
+@click.option(
+    "--budget",
+    type=float,
+    default=None,
+    help="Seconds the whole plan may take; starts that would not fit are skipped.",
+)
+@click.option(
+    "--requests",
+    "single_n",
+    type=int,
+    default=11,
+    show_default=True,
+    help="c=1 requests per start (the first is 'the first user request').",
+)
+@click.option("--bursts", "bursts_n", type=int, default=5, show_default=True)
+@click.option("--burst-width", type=int, default=16, show_default=True)
+@click.option("--decode-tokens", type=int, default=128, show_default=True)
+@click.option("--start-timeout", type=float, default=420.0, show_default=True)
+@click.option(
+    "--report",
+    "report_file",
+    type=click.Path(path_type=Path, exists=True),
+    default=None,
+    help="Only print the tables of a saved bench.json.",
+)
+def command(
+    model: str | None,
+    python: Path,
+    plan: str,
+    device: str,
+    out: Path,
+    port: int,
+    served_name: str,
+    args: tuple[str, ...],
+    envs: tuple[str, ...],
+    c_capture_sizes: str | None,
+    budget: float | None,
+    single_n: int,
+    bursts_n: int,
+    burst_width: int,
+    decode_tokens: int,
+    start_timeout: float,
+    report_file: Path | None,
+) -> None:
+    """Cold-start / restart / sleep benchmark of a rendered instance.
+
+    Starts vLLM once per plan item with exactly the command line and environment that
+    `warmctl render` gives for the configuration (A is plain `vllm serve`), measures it with
+    warmctl's client, writes OUT/bench.json and prints the tables and the targets.
+    """
+    try:
+        from warmctl.bench.main import report_only, run
+
+        if report_file is not None:
+            report_only(report_file)
+            return
+        if not model:
+            raise WarmctlError("--model is required (a model folder or id)", kind="input")
+        doc = run(
+            model=model,
+            python=python,
+            plan=plan,
+            device=device,
+            out=out,
+            port=port,
+            served_name=served_name,
+            extra_args=args,
+            extra_env=_parse_env(envs),
+            c_capture_sizes=_parse_sizes(c_capture_sizes) if c_capture_sizes else None,
+            budget=budget,
+            single_n=single_n,
+            bursts_n=bursts_n,
+            burst_width=burst_width,
+            decode_tokens=decode_tokens,
+            start_timeout=start_timeout,
+        )
+    except WarmctlError as err:
+        click.echo(f"warmctl bench: {err}", err=True)
+        sys.exit(err.exit_code)
+    failed = [s["name"] for s in doc["steps"] if "error" in s]
+    if failed:
+        click.echo(
+            f"warmctl bench: {len(failed)} start(s) failed: {', '.join(failed)} "
+            f"(see {out}/bench.json and the logs beside it)",
+            err=True,
+        )
+        sys.exit(1)

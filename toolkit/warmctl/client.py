@@ -159,6 +159,7 @@ class Client:
         self.api_key = api_key or None
         self.timeout = timeout
         self._local = threading.local()
+        self._env_cache: dict[str, Any] | None = None
 
     # -- plumbing -------------------------------------------------------------------------
     @property
@@ -171,6 +172,17 @@ class Client:
                 sess.headers["Authorization"] = f"Bearer {self.api_key}"
             self._local.session = sess
         return sess
+
+    @property
+    def _env_settings(self) -> dict[str, Any]:
+        """Proxies and CA bundle from the environment (REQUESTS_CA_BUNDLE, HTTPS_PROXY...),
+        looked up once rather than on every request."""
+        if self._env_cache is None:
+            merged = self.session.merge_environment_settings(
+                self.target.base_url, {}, None, None, None
+            )
+            self._env_cache = {k: merged[k] for k in ("proxies", "verify", "cert")}
+        return self._env_cache
 
     def url(self, path: str) -> str:
         return self.target.base_url + path
@@ -187,13 +199,45 @@ class Client:
         ok_404: bool = False,
     ) -> requests.Response | None:
         """Send; return the response if 2xx (None for a 404 when `ok_404`), else raise."""
+        resp = self.send(
+            self.prepare(method, path, params=params, json_body=json_body),
+            stream=stream,
+            timeout=timeout,
+            path=path,
+        )
+        return self.check(resp, path, ok_404=ok_404)
+
+    def prepare(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | list[tuple[str, Any]] | None = None,
+        json_body: Any = None,
+    ) -> requests.PreparedRequest:
+        """Build the request up front, so timing `send` measures the wire, not requests'
+        own bookkeeping."""
+        req = requests.Request(method, self.url(path), params=params, json=json_body)
+        return self.session.prepare_request(req)
+
+    def send(
+        self,
+        prepared: requests.PreparedRequest,
+        *,
+        stream: bool = False,
+        timeout: float | None = None,
+        path: str = "",
+    ) -> requests.Response:
         limit = self.timeout if timeout is None else timeout
         try:
-            resp = self.session.request(
-                method, self.url(path), params=params, json=json_body, stream=stream, timeout=limit
-            )
+            return self.session.send(prepared, stream=stream, timeout=limit, **self._env_settings)
         except requests.RequestException as exc:
             raise transport_error(self.target, path, exc, limit) from None
+
+    def check(
+        self, resp: requests.Response, path: str, ok_404: bool = False
+    ) -> requests.Response | None:
+        """Return `resp` if 2xx (None for a 404 when `ok_404`), else close it and raise."""
         if resp.status_code == 404 and ok_404:
             resp.close()
             return None

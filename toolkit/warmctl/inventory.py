@@ -1,9 +1,9 @@
 """Targets from an Ansible inventory, read with ansible-core's own loader (any format and
 plugin ansible-playbook accepts, group_vars/host_vars beside it included).
 
-Per host: the address is `ansible_host` (else the inventory name). Ports: one target per item
-of `vllm_service_instances` (a list of dicts with `name` and `port`, the roles' variable), else
-`warmctl_port`, else the default port.
+Per host: the address is `vllm_verify_address`, else `ansible_host`, else the inventory name.
+Ports: one target per item of `vllm_service_instances` (the roles' list of dicts with `name` and
+`port`, port 8000 when unset), else `warmctl_port`, else the default port.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from warmctl.target import DEFAULT_PORT, Target, parse_target
 
 INSTANCES_VAR = "vllm_service_instances"
 PORT_VAR = "warmctl_port"
+ADDRESS_VAR = "vllm_verify_address"  # the roles' override of the address to check
 _PLUGIN_FAIL = re.compile(r"Failed to parse inventory with '(\w+)' plugin: ([^\n]+)")
 
 
@@ -72,7 +73,7 @@ def _template(loader: Any, hv: dict[str, Any]) -> dict[str, Any]:
 
     templar = Templar(loader=loader, variables=hv)
     out: dict[str, Any] = {}
-    for key in ("ansible_host", PORT_VAR, INSTANCES_VAR):
+    for key in (ADDRESS_VAR, "ansible_host", PORT_VAR, INSTANCES_VAR):
         if key in hv:
             out[key] = templar.template(hv[key])
     return out
@@ -92,18 +93,16 @@ def targets_for_host(
     name: str, hv: dict[str, Any], default_port: int = DEFAULT_PORT
 ) -> list[Target]:
     """The targets one inventory host stands for (pure: unit-testable without Ansible)."""
-    address = str(hv.get("ansible_host") or name)
+    address = str(hv.get(ADDRESS_VAR) or hv.get("ansible_host") or name)
     instances = hv.get(INSTANCES_VAR)
     if instances:
         if not isinstance(instances, list):
             raise WarmctlError(f"{name}: {INSTANCES_VAR} must be a list", kind="input")
         targets = []
         for i, inst in enumerate(instances):
-            if not isinstance(inst, dict) or "port" not in inst:
-                raise WarmctlError(
-                    f"{name}: {INSTANCES_VAR}[{i}] needs a 'port' (and a 'name')", kind="input"
-                )
-            port = _port(inst["port"], f"{name} {INSTANCES_VAR}[{i}]")
+            if not isinstance(inst, dict):
+                raise WarmctlError(f"{name}: {INSTANCES_VAR}[{i}] is not a dict", kind="input")
+            port = _port(inst.get("port", DEFAULT_PORT), f"{name} {INSTANCES_VAR}[{i}]")
             base = parse_target(address, default_port=port)
             targets.append(base.with_name(f"{name}/{inst.get('name', i)}"))
         return targets

@@ -98,8 +98,9 @@ def stream_completion(
     texts: list[str] = []
     usage: dict[str, Any] | None = None
     finish: str | None = None
+    prepared = client.prepare("POST", path, json_body=body)
     t0 = time.monotonic()
-    resp = client.request("POST", path, json_body=body, stream=True)
+    resp = client.check(client.send(prepared, stream=True, path=path), path)
     assert resp is not None
     try:
         for raw in resp.iter_lines(chunk_size=None, decode_unicode=False):

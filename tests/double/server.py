@@ -1,0 +1,511 @@
+"""A real HTTP server on loopback that speaks vLLM's routes, with controllable delays, states and
+failures, so the CLI's measurements and error paths can be tested without a GPU.
+
+Routes: /health, /v1/models, /version, /metrics (Prometheus text with the
+vllm:num_requests_running/waiting gauges, vllm:engine_sleep_state and a
+vllm:time_to_first_token_seconds histogram), streaming /v1/completions and
+/v1/chat/completions (SSE), and the dev-mode routes /is_sleeping, /sleep, /wake_up,
+/collective_rpc, /reset_prefix_cache, /server_info (404 unless `dev_mode`).
+
+Like vLLM: the API key guards only /v1/*; `/sleep` aborts in-flight streams (its default
+mode), so a client that sleeps without draining cuts them (counted in `aborted`); after a
+level-2 sleep the weights are garbage until `reload_weights` (outputs then count in
+`garbage_outputs`); a sleeping engine refuses generation.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+
+DEV_ROUTES = {
+    "/is_sleeping",
+    "/sleep",
+    "/wake_up",
+    "/collective_rpc",
+    "/reset_prefix_cache",
+    "/server_info",
+}
+NO_CHAT_TEMPLATE = (
+    "As of transformers v4.44, default chat template is no longer allowed, so you must provide "
+    "a chat template if the tokenizer does not define one."
+)
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)
+
+
+@dataclass
+class DoubleConfig:
+    """Knobs; change them on a running double (`srv.config.ttft = 0.05`)."""
+
+    model: str = "double-model"
+    max_model_len: int = 4096
+    version: str = "0.26.0"
+    first_ttft: float | None = None  # TTFT of the first generation (and the first after a wake)
+    ttft: float = 0.0  # TTFT of later generations
+    token_delay: float = 0.0  # between streamed tokens
+    dev_mode: bool = True  # VLLM_SERVER_DEV_MODE=1
+    sleep_mode: bool = True  # --enable-sleep-mode
+    api_key: str | None = None  # --api-key: /v1/* need "Authorization: Bearer KEY"
+    engine_dead: bool = False  # /health 503, generation 500
+    chat_template: bool = True
+    capture_sizes: list[int] | None = field(default_factory=lambda: [1, 2, 4, 8])
+    max_num_seqs: int = 256
+    server_info_text: bool = False  # old vLLM: vllm_config only as str()
+    sleep_state_metric: bool = True  # export vllm:engine_sleep_state
+    not_ready_until: float = 0.0  # monotonic time before which /health and /v1/models say 503
+    sleep_delay: float = 0.0  # time /sleep takes
+    wake_delay: float = 0.0
+    extra_waiting: int = 0  # added to vllm:num_requests_waiting
+    empty_first_chunk: bool = False  # completions: a first chunk with text "" before the TTFT
+
+
+@dataclass
+class Counters:
+    requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path?query)
+    prompts: list[str] = field(default_factory=list)  # prompt / last user message, in order
+    generations: int = 0
+    completed: int = 0  # streams that ended normally
+    aborted: int = 0  # streams the server cut (sleep in their middle)
+    client_gone: int = 0  # streams whose client went away
+    in_flight: int = 0
+    max_in_flight: int = 0
+    concurrency_seen: set[int] = field(default_factory=set)
+    chat_generations: int = 0
+    garbage_outputs: int = 0
+    sleeps: list[int] = field(default_factory=list)
+    wakes: list[tuple[str, ...]] = field(default_factory=list)
+    rpcs: list[str] = field(default_factory=list)
+    prefix_resets: int = 0
+    sleep_with_in_flight: int = 0  # /sleep calls that found streams in flight
+
+
+class VllmDouble:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, config: DoubleConfig | None = None, **kw: Any
+    ) -> None:
+        self.config = config or DoubleConfig(**kw)
+        self.counters = Counters()
+        self.lock = threading.Lock()
+        # engine state
+        self.awake_tags: set[str] = {"weights", "kv_cache"}
+        self.sleep_level = 0
+        self.weights_valid = True
+        self.first_pending = True
+        self._registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self._running = Gauge(
+            "vllm:num_requests_running", "Running.", labels, registry=self._registry
+        )
+        self._waiting = Gauge(
+            "vllm:num_requests_waiting", "Waiting.", labels, registry=self._registry
+        )
+        self._ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            labels,
+            buckets=TTFT_BUCKETS,
+            registry=self._registry,
+        )
+        self._sleep_gauge = Gauge(
+            "vllm:engine_sleep_state",
+            "Engine sleep state.",
+            [*labels, "sleep_state"],
+            registry=self._registry,
+        )
+        self._server = ThreadingHTTPServer((host, port), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> VllmDouble:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> VllmDouble:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- state helpers --------------------------------------------------------------------
+    @property
+    def is_sleeping(self) -> bool:
+        return self.awake_tags != {"weights", "kv_cache"}
+
+    def put_to_sleep(self, level: int) -> None:
+        """Make the engine asleep directly (as if slept before the test)."""
+        with self.lock:
+            self.awake_tags = set()
+            self.sleep_level = level
+            if level == 2:
+                self.weights_valid = False
+
+    def sleep_state(self) -> str:
+        if not self.is_sleeping:
+            return "awake"
+        return "discard_all" if self.sleep_level == 2 else "weights_offloaded"
+
+    def metrics_text(self) -> bytes:
+        lv = (self.config.model, "0")
+        with self.lock:
+            self._running.labels(*lv).set(self.counters.in_flight)
+            self._waiting.labels(*lv).set(self.config.extra_waiting)
+            if self.config.sleep_state_metric:
+                state = self.sleep_state()
+                for s in ("awake", "weights_offloaded", "discard_all"):
+                    self._sleep_gauge.labels(*lv, s).set(1 if s == state else 0)
+        return generate_latest(self._registry)
+
+    def observe_ttft(self, seconds: float) -> None:
+        self._ttft.labels(self.config.model, "0").observe(seconds)
+
+    def server_info(self, text: bool) -> dict[str, Any]:
+        cfg = self.config
+        comp: dict[str, Any] = {"level": 3, "cudagraph_mode": "FULL_AND_PIECEWISE"}
+        if cfg.capture_sizes is not None:
+            comp["cudagraph_capture_sizes"] = sorted(cfg.capture_sizes, reverse=True)
+        config = {
+            "model_config": {"model": cfg.model, "max_model_len": cfg.max_model_len},
+            "scheduler_config": {"max_num_seqs": cfg.max_num_seqs},
+            "compilation_config": comp,
+        }
+        if text or cfg.server_info_text:
+            vllm_config: Any = (
+                f"model={cfg.model!r}, max_seq_len={cfg.max_model_len}, compilation_config={comp!r}"
+            )
+        else:
+            vllm_config = config
+        return {
+            "vllm_config": vllm_config,
+            "vllm_env": {"VLLM_SERVER_DEV_MODE": True},
+            "system_env": {},
+        }
+
+
+def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "uvicorn"
+
+        def setup(self) -> None:
+            super().setup()
+            # like uvicorn: no Nagle delay between the headers and the first small SSE chunk
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        # -- helpers ------------------------------------------------------------------------
+        def _send(self, code: int, body: Any = None, ctype: str = "application/json") -> None:
+            if isinstance(body, bytes):
+                data = body
+            elif body is None:
+                data = b""
+            else:
+                data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, code: int, message: str, kind: str = "BadRequestError") -> None:
+            self._send(
+                code, {"error": {"message": message, "type": kind, "param": None, "code": code}}
+            )
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if not raw:
+                return {}
+            try:
+                return json.loads(raw)
+            except ValueError:
+                return None
+
+        def _route(self, method: str) -> None:
+            parts = urlsplit(self.path)
+            path, query = parts.path, parse_qs(parts.query)
+            with double.lock:
+                double.counters.requests.append((method, self.path))
+            cfg = double.config
+            body = self._body() if method == "POST" else {}
+            if path in DEV_ROUTES and not cfg.dev_mode:
+                self._send(404, {"detail": "Not Found"})
+                return
+            auth = self.headers.get("Authorization")
+            if path.startswith("/v1/") and cfg.api_key and auth != f"Bearer {cfg.api_key}":
+                self._send(401, {"error": "Unauthorized"})
+                return
+            not_ready = time.monotonic() < cfg.not_ready_until
+            handler = ROUTES.get((method, path))
+            if handler is None:
+                known = any(p == path for _, p in ROUTES)
+                self._send(405 if known else 404, {"detail": "Not Found"})
+                return
+            if not_ready and path in ("/health", "/v1/models", "/v1/completions"):
+                self._send(503, b"")
+                return
+            handler(self, query, body)
+
+        def do_GET(self) -> None:
+            self._route("GET")
+
+        def do_POST(self) -> None:
+            self._route("POST")
+
+        # -- plain routes -------------------------------------------------------------------
+        def health(self, query: dict[str, list[str]], body: Any) -> None:
+            self._send(503 if double.config.engine_dead else 200, b"")
+
+        def models(self, query: dict[str, list[str]], body: Any) -> None:
+            cfg = double.config
+            model = {
+                "id": cfg.model,
+                "object": "model",
+                "created": int(time.time()),
+                "owned_by": "vllm",
+                "root": cfg.model,
+                "parent": None,
+                "max_model_len": cfg.max_model_len,
+            }
+            self._send(200, {"object": "list", "data": [model]})
+
+        def version(self, query: dict[str, list[str]], body: Any) -> None:
+            self._send(200, {"version": double.config.version})
+
+        def metrics(self, query: dict[str, list[str]], body: Any) -> None:
+            self._send(200, double.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
+
+        # -- dev routes ---------------------------------------------------------------------
+        def is_sleeping(self, query: dict[str, list[str]], body: Any) -> None:
+            self._send(200, {"is_sleeping": double.is_sleeping})
+
+        def sleep(self, query: dict[str, list[str]], body: Any) -> None:
+            if not double.config.sleep_mode:
+                self._error(500, "Sleep mode is not enabled: start vLLM with --enable-sleep-mode")
+                return
+            level = int(query.get("level", ["1"])[0])
+            time.sleep(double.config.sleep_delay)
+            with double.lock:
+                double.counters.sleeps.append(level)
+                if double.counters.in_flight:
+                    double.counters.sleep_with_in_flight += 1
+            double.put_to_sleep(level)
+            self._send(200, b"")
+
+        def wake_up(self, query: dict[str, list[str]], body: Any) -> None:
+            tags = tuple(query.get("tags", []))
+            time.sleep(double.config.wake_delay)
+            with double.lock:
+                double.counters.wakes.append(tags)
+                double.awake_tags |= set(tags) if tags else {"weights", "kv_cache"}
+                if not double.is_sleeping:
+                    double.sleep_level = 0
+                    double.first_pending = True
+            self._send(200, b"")
+
+        def collective_rpc(self, query: dict[str, list[str]], body: Any) -> None:
+            if not isinstance(body, dict) or "method" not in body:
+                self._send(400, {"detail": "Missing 'method' in request body"})
+                return
+            with double.lock:
+                double.counters.rpcs.append(body["method"])
+                if body["method"] == "reload_weights" and "weights" in double.awake_tags:
+                    double.weights_valid = True
+            self._send(200, {"results": [None]})
+
+        def reset_prefix_cache(self, query: dict[str, list[str]], body: Any) -> None:
+            with double.lock:
+                double.counters.prefix_resets += 1
+            self._send(200, b"")
+
+        def server_info(self, query: dict[str, list[str]], body: Any) -> None:
+            text = query.get("config_format", ["text"])[0] == "text"
+            self._send(200, double.server_info(text))
+
+        # -- generation ---------------------------------------------------------------------
+        def completions(self, query: dict[str, list[str]], body: Any) -> None:
+            self._generate(body, chat=False)
+
+        def chat(self, query: dict[str, list[str]], body: Any) -> None:
+            self._generate(body, chat=True)
+
+        def _generate(self, body: Any, chat: bool) -> None:
+            cfg = double.config
+            if not isinstance(body, dict):
+                self._error(400, "invalid JSON body")
+                return
+            if cfg.engine_dead:
+                self._error(500, ENGINE_DEAD, "EngineDeadError")
+                return
+            if body.get("model") != cfg.model:
+                self._error(
+                    404, f"The model `{body.get('model')}` does not exist.", "NotFoundError"
+                )
+                return
+            if double.is_sleeping:
+                self._error(503, "The engine is sleeping; wake it up first.", "ServiceUnavailable")
+                return
+            if chat and not cfg.chat_template:
+                self._error(400, NO_CHAT_TEMPLATE)
+                return
+            text = (
+                " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+                if chat
+                else str(body.get("prompt", ""))
+            )
+            max_tokens = int(body.get("max_tokens") or 16)
+            prompt_tokens = max(1, len(text.split()))
+            if prompt_tokens + max_tokens > cfg.max_model_len:
+                self._error(
+                    400,
+                    f"This model's maximum context length is {cfg.max_model_len} tokens. However, "
+                    f"you requested {prompt_tokens + max_tokens} tokens.",
+                )
+                return
+            if not body.get("stream"):
+                self._error(400, "the double only streams")
+                return
+            with double.lock:
+                double.counters.prompts.append(text)
+                first = double.first_pending
+                double.first_pending = False
+                c = double.counters
+                c.generations += 1
+                c.chat_generations += int(chat)
+                c.in_flight += 1
+                c.max_in_flight = max(c.max_in_flight, c.in_flight)
+                c.concurrency_seen.add(c.in_flight)
+                garbage = not double.weights_valid
+                if garbage:
+                    c.garbage_outputs += 1
+            try:
+                self._stream(chat, max_tokens, prompt_tokens, first, garbage, body)
+            finally:
+                with double.lock:
+                    double.counters.in_flight -= 1
+
+        def _chunk(self, obj: Any) -> None:
+            data = (
+                b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+            )
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def _stream(
+            self,
+            chat: bool,
+            max_tokens: int,
+            prompt_tokens: int,
+            first: bool,
+            garbage: bool,
+            body: dict[str, Any],
+        ) -> None:
+            cfg = double.config
+            start = time.monotonic()
+            rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+            base = {
+                "id": rid,
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": cfg.model,
+            }
+
+            def choice(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+                if chat:
+                    delta: dict[str, Any] = {"role": "assistant"} if role else {}
+                    if text is not None:
+                        delta["content"] = text
+                    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            sent = 0
+            try:
+                if chat:  # vLLM's first chat chunk: the role, no text
+                    self._chunk({**base, "choices": [choice("", None, role=True)]})
+                elif cfg.empty_first_chunk:
+                    self._chunk({**base, "choices": [choice("", None)]})
+                delay = cfg.first_ttft if (first and cfg.first_ttft is not None) else cfg.ttft
+                time.sleep(delay)
+                double.observe_ttft(time.monotonic() - start)
+                finish = "length"
+                for i in range(max_tokens):
+                    if i:
+                        time.sleep(cfg.token_delay)
+                    if double.is_sleeping:  # vLLM's /sleep aborts requests in flight
+                        finish = "abort"
+                        break
+                    word = "#garbage" if garbage else f" tok{i}"
+                    last = i == max_tokens - 1
+                    self._chunk({**base, "choices": [choice(word, "length" if last else None)]})
+                    sent += 1
+                if finish == "abort":
+                    with double.lock:
+                        double.counters.aborted += 1
+                    self._chunk({**base, "choices": [choice(None if chat else "", "abort")]})
+                opts = body.get("stream_options") or {}
+                if opts.get("include_usage"):
+                    usage = {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": sent,
+                        "total_tokens": prompt_tokens + sent,
+                    }
+                    self._chunk({**base, "choices": [], "usage": usage})
+                self._chunk(b"[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                if finish == "length":
+                    with double.lock:
+                        double.counters.completed += 1
+            except (BrokenPipeError, ConnectionResetError):
+                with double.lock:
+                    double.counters.client_gone += 1
+                self.close_connection = True
+
+    ROUTES = {
+        ("GET", "/health"): Handler.health,
+        ("GET", "/v1/models"): Handler.models,
+        ("GET", "/version"): Handler.version,
+        ("GET", "/metrics"): Handler.metrics,
+        ("GET", "/is_sleeping"): Handler.is_sleeping,
+        ("POST", "/sleep"): Handler.sleep,
+        ("POST", "/wake_up"): Handler.wake_up,
+        ("POST", "/collective_rpc"): Handler.collective_rpc,
+        ("POST", "/reset_prefix_cache"): Handler.reset_prefix_cache,
+        ("GET", "/server_info"): Handler.server_info,
+        ("POST", "/v1/completions"): Handler.completions,
+        ("POST", "/v1/chat/completions"): Handler.chat,
+    }
+    return Handler

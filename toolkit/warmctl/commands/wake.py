@@ -1,0 +1,83 @@
+"""`warmctl wake HOST...`"""
+
+from __future__ import annotations
+
+import click
+
+from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.warmup_cli import warmup_kwargs, warmup_options
+
+
+@click.command(name="wake")
+@host_options()
+@click.option(
+    "--level",
+    type=click.Choice(["auto", "1", "2"]),
+    default="auto",
+    show_default=True,
+    help="The level the server sleeps at. auto: what the server reports "
+    "(vllm:engine_sleep_state), else the level-2 path, which is correct after either level.",
+)
+@click.option("--no-warmup", is_flag=True, help="Do not warm the server after waking it.")
+@warmup_options
+def command(
+    hosts: tuple[str, ...],
+    api_key: str | None,
+    timeout: float,
+    as_json: bool,
+    level: str,
+    no_warmup: bool,
+    **options: object,
+) -> None:
+    """Wake a sleeping server (reloading weights after level 2), then warm it.
+
+    Level 1: POST /wake_up. Level 2: POST /wake_up?tags=weights, POST /collective_rpc
+    {"method": "reload_weights"}, POST /wake_up?tags=kv_cache, POST /reset_prefix_cache.
+    Then /is_sleeping must say false, and the warmup runs (see `warmctl warmup --help`) so the
+    first user request after a wake is fast. Already awake: only the warmup runs.
+
+    Exit status: 0 awake (and warm), 2 on any error.
+    """
+
+    def body() -> int:
+        from warmctl.client import Client
+        from warmctl.output import console, emit_json, error_line
+        from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, WakeReport, wake
+        from warmctl.warmup_cli import progress_display
+
+        kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
+        targets = resolve_targets(hosts)
+        wanted = None if level == "auto" else int(level)
+        with progress_display(not as_json and not no_warmup) as make:
+            results = per_host(
+                targets,
+                lambda t: wake(
+                    Client(t, api_key, timeout),
+                    level=wanted,
+                    run_warmup=not no_warmup,
+                    warmup_options={**kwargs, "progress": make(t.label)},
+                    op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
+                ),
+            )
+        code = 0
+        out = console()
+        dicts = []
+        for t, r in zip(targets, results, strict=True):
+            if not isinstance(r, WakeReport):
+                code = 2
+                error_line(str(r))
+                dicts.append({"target": t.label, "error": str(r), "error_kind": r.kind})
+                continue
+            dicts.append(r.to_dict())
+            if as_json:
+                continue
+            steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps) or "nothing to do"
+            if r.already_awake:
+                out.print(f"{r.target}: already awake ({steps})")
+            else:
+                out.print(f"{r.target}: awake after level {r.level} ({r.level_source}): {steps}")
+        if as_json:
+            emit_json("wake", dicts, code)
+        return code
+
+    guard(body)

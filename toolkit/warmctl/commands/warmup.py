@@ -1,0 +1,90 @@
+"""`warmctl warmup HOST...`"""
+
+from __future__ import annotations
+
+import click
+
+from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.warmup_cli import warmup_kwargs, warmup_options
+
+
+@click.command(name="warmup")
+@host_options()
+@warmup_options
+def command(
+    hosts: tuple[str, ...],
+    api_key: str | None,
+    timeout: float,
+    as_json: bool,
+    **options: object,
+) -> None:
+    """Wait until a server is ready, then warm it with real-shaped traffic.
+
+    Ready means /v1/models lists the model (/health answers before the model is loaded). Then:
+    each prompt once; bursts of concurrent streamed requests over the batch sizes the server
+    captured as CUDA graphs; the same on /v1/chat/completions when the model has a chat
+    template. Prints what was sent and how long each phase took.
+
+    Exit status: 0 when every server is warm, 2 on any error.
+    """
+
+    def body() -> int:
+        from warmctl.client import Client
+        from warmctl.output import console, emit_json, error_line, ms, secs, table
+        from warmctl.stream import median
+        from warmctl.warmup import WarmupReport, warmup
+
+        kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
+        targets = resolve_targets(hosts)
+        with_progress = not as_json
+        from warmctl.warmup_cli import progress_display
+
+        with progress_display(with_progress) as make:
+            results = per_host(
+                targets,
+                lambda t: warmup(Client(t, api_key, timeout), progress=make(t.label), **kwargs),
+            )
+        code = 0
+        for r in results:
+            if not isinstance(r, WarmupReport):
+                code = 2
+                error_line(str(r))
+        if as_json:
+            emit_json(
+                "warmup",
+                [
+                    r.to_dict()
+                    if isinstance(r, WarmupReport)
+                    else {"target": t.label, "error": str(r), "error_kind": r.kind}
+                    for t, r in zip(targets, results, strict=True)
+                ],
+                code,
+            )
+            return code
+        out = console()
+        for r in results:
+            if not isinstance(r, WarmupReport):
+                continue
+            title = (
+                f"{r.target}: warm in {r.total_s:.1f} s — model {r.model}, "
+                f"max_model_len {r.max_model_len or '?'}, {r.prompts} prompt(s) from "
+                f"{r.prompt_source}, batch sizes {','.join(map(str, r.batch_sizes))} "
+                f"({r.batch_sizes_source})"
+            )
+            rows = [
+                [
+                    p.name,
+                    secs(p.seconds),
+                    str(p.requests),
+                    str(p.tokens),
+                    ms(median(p.ttfts_s)),
+                    p.note,
+                ]
+                for p in r.phases
+            ]
+            out.print(
+                table(title, ["PHASE", "TIME", "REQUESTS", "TOKENS", "MEDIAN TTFT", "NOTE"], rows)
+            )
+        return code
+
+    guard(body)

@@ -1,0 +1,116 @@
+"""Options every subcommand shares, target resolution, per-host parallelism and the error guard
+that turns `WarmctlError` into one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import click
+
+from warmctl.errors import WarmctlError
+from warmctl.target import Target, parse_target
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def host_options(*, inventory: bool = False) -> Callable[[F], F]:
+    """HOST... plus --api-key/--timeout/--json (and --inventory/--limit)."""
+
+    def deco(fn: F) -> F:
+        opts = [
+            click.argument("hosts", nargs=-1, metavar="HOST..."),
+            click.option(
+                "--api-key",
+                envvar="VLLM_API_KEY",
+                show_envvar=True,
+                help="Bearer key of servers started with --api-key.",
+            ),
+            click.option(
+                "--timeout",
+                type=click.FloatRange(min=0.1),
+                default=30.0,
+                show_default=True,
+                help="Seconds to wait for each HTTP answer (and between streamed chunks).",
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Machine output (raw samples)."),
+        ]
+        if inventory:
+            opts += [
+                click.option(
+                    "--inventory",
+                    "-i",
+                    "inventory_path",
+                    metavar="FILE",
+                    help="Also check every host of this Ansible inventory "
+                    "(ansible_host; a port per vllm_service_instances item, or warmctl_port).",
+                ),
+                click.option(
+                    "--limit", "-l", metavar="PATTERN", help="Ansible host pattern for --inventory."
+                ),
+            ]
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+
+    return deco
+
+
+def resolve_targets(
+    hosts: Sequence[str], inventory_path: str | None = None, limit: str | None = None
+) -> list[Target]:
+    if limit and not inventory_path:
+        raise WarmctlError("--limit needs --inventory", kind="input")
+    targets = [parse_target(h) for h in hosts]
+    if inventory_path:
+        from warmctl.inventory import hosts_from_inventory
+
+        targets += hosts_from_inventory(inventory_path, limit)
+    if not targets:
+        raise WarmctlError(
+            "no host given: pass HOST[:PORT] or a URL"
+            + (" (or --inventory)" if inventory_path is not None else ""),
+            kind="input",
+        )
+    seen: set[str] = set()
+    unique = []
+    for t in targets:
+        if t.base_url not in seen:
+            seen.add(t.base_url)
+            unique.append(t)
+    return unique
+
+
+def per_host(
+    targets: Sequence[Target], fn: Callable[[Target], T], workers: int = 16
+) -> list[T | WarmctlError]:
+    """Run `fn` for each target in parallel; a `WarmctlError` is returned in its slot."""
+
+    def one(t: Target) -> T | WarmctlError:
+        try:
+            return fn(t)
+        except WarmctlError as err:
+            return err
+
+    if len(targets) == 1:
+        return [one(targets[0])]
+    with ThreadPoolExecutor(max_workers=min(workers, len(targets))) as pool:
+        return list(pool.map(one, targets))
+
+
+def guard(fn: Callable[[], int]) -> None:
+    """Run the command body; exit with its code; a `WarmctlError` -> one line, its exit code."""
+    from warmctl.output import error_line
+
+    try:
+        code = fn()
+    except WarmctlError as err:
+        error_line(err.message)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        error_line("interrupted")
+        sys.exit(130)
+    sys.exit(code)

@@ -1,0 +1,56 @@
+"""What the CLI prints: rich tables on a terminal (plain text when piped), or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def console(stderr: bool = False) -> Console:
+    """A console that stays readable when piped (no colour, wide enough for the tables)."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    return Console(file=stream, width=None if tty else 200, highlight=False, soft_wrap=not tty)
+
+
+def emit_json(command: str, results: Sequence[dict[str, Any]], exit_code: int) -> None:
+    payload = {"command": command, "exit_code": exit_code, "results": list(results)}
+    sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def error_line(message: str) -> None:
+    sys.stderr.write(f"warmctl: error: {message}\n")
+    sys.stderr.flush()
+
+
+def ms(seconds: float | None, digits: int = 1) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.{digits}f} ms"
+
+
+def secs(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.2f} s"
+
+
+def num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def status_style(status: str) -> str:
+    return {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]", "ASLEEP": "[yellow]ASLEEP[/]"}.get(
+        status, f"[red]{status}[/]"
+    )

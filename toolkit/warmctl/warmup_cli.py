@@ -1,0 +1,127 @@
+"""The warmup options `warmup` and `wake` share, and the terminal progress display."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def warmup_options(fn: F) -> F:
+    opts = [
+        click.option(
+            "--prompt",
+            "prompts",
+            multiple=True,
+            metavar="TEXT",
+            help="A warmup prompt (repeatable). Default: $WARMCTL_PROMPTS, $VLLM_PREWARM_PROMPT, "
+            "else short, medium and long prompts bounded by max_model_len.",
+        ),
+        click.option(
+            "--prompt-file",
+            type=click.Path(dir_okay=False),
+            metavar="FILE",
+            help="Prompts from a file: a JSON list of strings, or paragraphs separated by a "
+            "blank line.",
+        ),
+        click.option(
+            "--batch-sizes",
+            metavar="N,N,...",
+            help="Concurrency ramp. Default: the CUDA-graph capture sizes the server reports "
+            "(dev mode), else 1,2,4,8,16,32.",
+        ),
+        click.option(
+            "--max-batch",
+            type=click.IntRange(min=1),
+            default=64,
+            show_default=True,
+            help="Largest burst taken from the server's capture sizes.",
+        ),
+        click.option(
+            "--max-tokens",
+            type=click.IntRange(min=1),
+            default=16,
+            show_default=True,
+            help="Tokens generated per warmup request.",
+        ),
+        click.option(
+            "--chat/--no-chat",
+            default=None,
+            help="Warm /v1/chat/completions too. Default: when the model has a chat template.",
+        ),
+        click.option(
+            "--ready-timeout",
+            type=click.FloatRange(min=0),
+            default=1800.0,
+            show_default=True,
+            help="Seconds to wait for the server to list its model on /v1/models.",
+        ),
+        click.option("--model", metavar="NAME", help="Served model to warm (default: the first)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def warmup_kwargs(
+    prompts: tuple[str, ...],
+    prompt_file: str | None,
+    batch_sizes: str | None,
+    max_batch: int,
+    max_tokens: int,
+    chat: bool | None,
+    ready_timeout: float,
+    model: str | None,
+) -> dict[str, Any]:
+    """Validate the options (a missing prompt file fails before any server is contacted)."""
+    from warmctl.prompts import resolve_prompts
+    from warmctl.warmup import parse_batch_sizes
+
+    kwargs: dict[str, Any] = {
+        "max_batch": max_batch,
+        "max_tokens": max_tokens,
+        "chat": chat,
+        "ready_timeout": ready_timeout,
+        "model": model,
+    }
+    if prompts or prompt_file:
+        kwargs["prompts"] = resolve_prompts(prompts, prompt_file, max_tokens=max_tokens)
+    if batch_sizes:
+        kwargs["batch_sizes"] = parse_batch_sizes(batch_sizes)
+    return kwargs
+
+
+@contextmanager
+def progress_display(enabled: bool) -> Iterator[Callable[[str], Any]]:
+    """Yields `make(label) -> progress callback | None`; rich progress on stderr when it is a
+    terminal, nothing otherwise."""
+    from warmctl.output import console
+
+    err = console(stderr=True)
+    if not enabled or not err.is_terminal:
+        yield lambda label: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+
+        def make(label: str) -> Callable[[str, int, int], None]:
+            task = bar.add_task(f"{label}: waiting", total=None)
+
+            def update(phase: str, done: int, total: int) -> None:
+                bar.update(task, description=f"{label}: {phase}", completed=done, total=total)
+
+            return update
+
+        yield make

@@ -41,6 +41,17 @@ BASE_ENV = {
 _PR_SET_PDEATHSIG = 1
 
 
+def compile_cache_env() -> dict[str, str]:
+    """vLLM's torch.compile artefacts on persistent disk under the lab cache, as the product's
+    units do: the second start of the same model loads them instead of compiling again."""
+    root = cache_root() / "compile"
+    return {
+        "VLLM_CACHE_ROOT": str(root / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+        "TRITON_CACHE_DIR": str(root / "triton"),
+    }
+
+
 def free_port(host: str = HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -116,7 +127,7 @@ class VllmServer:
     def start(self) -> Self:
         if self.proc is not None:
             raise LabError("this server was already started")
-        env = {**os.environ, **BASE_ENV, **self.env}
+        env = {**os.environ, **BASE_ENV, **compile_cache_env(), **self.env}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         with self.log_path.open("wb") as out:

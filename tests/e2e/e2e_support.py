@@ -1,0 +1,117 @@
+"""What the end-to-end tests share: running ansible-playbook and warmctl, reading the hosts."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from warmctl.lab.testhosts import Fleet, Host
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+INSTANCE = "tiny"
+UNIT = f"vllm-{INSTANCE}.service"
+# a PLAY RECAP line: "wt1   : ok=12   changed=3    unreachable=0    failed=0 ..."
+_RECAP = re.compile(r"^(\S+)\s+:\s+((?:[a-z]+=\d+\s*)+)$", re.MULTILINE)
+
+
+@dataclass
+class Run:
+    """One command's outcome, with its output kept in a log file the failure messages name."""
+
+    argv: list[str]
+    rc: int
+    output: str
+    seconds: float
+    log: Path
+
+    def tail(self, lines: int = 25) -> str:
+        return "\n".join(self.output.rstrip().splitlines()[-lines:])
+
+    def describe(self) -> str:
+        return f"`{' '.join(self.argv[:4])} ...` exit {self.rc} (log {self.log}):\n{self.tail()}"
+
+
+@dataclass
+class PlayRun(Run):
+    recap: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def count(self, host: str, key: str) -> int:
+        return self.recap.get(host, {}).get(key, 0)
+
+
+def _run(argv: list[str], log: Path, timeout: float) -> tuple[int, str, float]:
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(
+            argv,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_env(),
+        )
+        rc, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        rc, output = 124, out + f"\n(timed out after {timeout:.0f}s)"
+    seconds = time.monotonic() - t0
+    with log.open("a") as handle:
+        handle.write(f"\n$ {' '.join(argv)}\n# exit {rc} after {seconds:.1f}s\n{output}")
+    return rc, output, seconds
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {
+        **os.environ,
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def ansible_playbook(
+    inventory: Path, *args: str, log: Path, playbook: str = "site.yml", timeout: float = 1500
+) -> PlayRun:
+    argv = [str(BIN / "ansible-playbook"), playbook, "-i", str(inventory), *args]
+    rc, output, seconds = _run(argv, log, timeout)
+    recap: dict[str, dict[str, int]] = {}
+    tail = output.rsplit("PLAY RECAP", 1)[-1] if "PLAY RECAP" in output else ""
+    for match in _RECAP.finditer(tail):
+        pairs = (item.split("=") for item in match.group(2).split())
+        recap[match.group(1)] = {key: int(value) for key, value in pairs}
+    return PlayRun(argv, rc, output, seconds, log, recap)
+
+
+def warmctl(*args: str, log: Path, timeout: float = 600) -> Run:
+    argv = [str(BIN / "warmctl"), *args]
+    rc, output, seconds = _run(argv, log, timeout)
+    return Run(argv, rc, output, seconds, log)
+
+
+def unit_show(fleet: Fleet, host: Host, unit: str, *props: str) -> dict[str, str]:
+    """`systemctl show` properties of a unit on a host."""
+    argv = " ".join(f"-p {p}" for p in props)
+    out = fleet.ssh(host, f"systemctl show {argv} {unit}").stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def wait_active(fleet: Fleet, host: Host, unit: str = UNIT, timeout: float = 600) -> float:
+    """Seconds until `unit` is active (start includes the warmup); fails after `timeout`."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        state = fleet.ssh(host, f"systemctl is-active {unit}", check=False).stdout.strip()
+        if state == "active":
+            return time.monotonic() - t0
+        if state == "failed":
+            journal = fleet.ssh(host, f"journalctl -u {unit} -n 20 --no-pager", check=False)
+            raise AssertionError(f"{host.name}: {unit} failed:\n{journal.stdout}")
+        time.sleep(0.5)
+    raise AssertionError(f"{host.name}: {unit} not active after {timeout:.0f}s")

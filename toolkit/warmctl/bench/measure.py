@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from warmctl.bench.api import Api, Sample
@@ -62,40 +64,50 @@ def _ms(s: Sample) -> float:
 
 
 def single(api: Api, counter: Counter, n: int = 11, max_tokens: int = 8) -> Single:
-    """`n` sequential requests; the first is "the first user request"."""
+    """`n` sequential requests; the first is "the first user request". The connection is
+    opened first (as a load balancer's is), so no request pays a TCP handshake."""
+    api.connect()
     samples = [api.complete(prompt(counter.next()), max_tokens) for _ in range(n)]
     ms = [_ms(s) for s in samples]
     return Single(ms[0], statistics.median(ms[1:]), ms, samples[0].prompt_tokens)
 
 
-def burst(api: Api, counter: Counter, width: int, max_tokens: int = 8) -> list[float]:
-    """`width` requests released together; their TTFTs in ms."""
-    gate = threading.Barrier(width)
-    out: list[float | BaseException] = [0.0] * width
+class BurstPool:
+    """`width` client threads that live across bursts, each with its own open keep-alive
+    connection, released together by a barrier for every burst."""
 
-    def one(i: int, index: int) -> None:
-        try:
-            gate.wait(timeout=30)
-            out[i] = _ms(api.complete(prompt(index), max_tokens))
-        except BaseException as exc:  # re-raised below, in the caller's thread
-            out[i] = exc
+    def __init__(self, api: Api, width: int) -> None:
+        self.api, self.width = api, width
+        self.pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="burst")
+        self._all(lambda _i: api.connect())
 
-    threads = [
-        threading.Thread(target=one, args=(i, counter.next()), daemon=True) for i in range(width)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    for value in out:
-        if isinstance(value, BaseException):
-            raise value
-    return [float(v) for v in out if not isinstance(v, BaseException)]
+    def _all(self, fn: Callable[[int], float | None]) -> list[float | None]:
+        gate = threading.Barrier(self.width)
+
+        def run(i: int) -> float | None:
+            gate.wait(timeout=60)  # one task per thread: none may start before all are taken
+            return fn(i)
+
+        futures = [self.pool.submit(run, i) for i in range(self.width)]
+        return [f.result(timeout=600) for f in futures]
+
+    def burst(self, counter: Counter, max_tokens: int = 8) -> list[float]:
+        """One burst: every thread sends one request at once; their TTFTs in ms."""
+        indexes = [counter.next() for _ in range(self.width)]
+        out = self._all(lambda i: _ms(self.api.complete(prompt(indexes[i]), max_tokens)))
+        return [float(x) for x in out if x is not None]
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
 
 
 def bursts(api: Api, counter: Counter, width: int = 16, n: int = 5) -> Bursts:
     """`n` bursts one after the other; the first is "the first burst" after warmup."""
-    runs = [burst(api, counter, width) for _ in range(n)]
+    pool = BurstPool(api, width)
+    try:
+        runs = [pool.burst(counter) for _ in range(n)]
+    finally:
+        pool.close()
     means = [statistics.fmean(r) for r in runs]
     maxes = [max(r) for r in runs]
     return Bursts(

@@ -89,6 +89,11 @@ class Counters:
     sleep_with_in_flight: int = 0  # /sleep calls that found streams in flight
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # like uvicorn's backlog: a burst of connections queues, not resets
+    daemon_threads = True
+
+
 class VllmDouble:
     def __init__(
         self, host: str = "127.0.0.1", port: int = 0, config: DoubleConfig | None = None, **kw: Any
@@ -122,8 +127,7 @@ class VllmDouble:
             [*labels, "sleep_state"],
             registry=self._registry,
         )
-        self._server = ThreadingHTTPServer((host, port), _handler(self))
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -1,0 +1,59 @@
+import json
+
+from tests.double import VllmDouble
+
+
+def test_status_table(run, vllm_double: VllmDouble) -> None:
+    result = run("status", vllm_double.address)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for needle in (vllm_double.address, "ok", "double-model", "4096", "0.26.0", "awake"):
+        assert needle in out
+    assert result.stderr == ""
+
+
+def test_status_json_reports_load_and_sleep(run, vllm_double: VllmDouble) -> None:
+    vllm_double.config.extra_waiting = 3
+    vllm_double.put_to_sleep(1)
+    result = run("status", vllm_double.url, "--json")
+    assert result.exit_code == 0
+    [r] = json.loads(result.stdout)["results"]
+    assert r["healthy"] is True
+    assert r["models"] == [{"id": "double-model", "max_model_len": 4096}]
+    assert r["version"] == "0.26.0"
+    assert (r["sleeping"], r["sleep_level"], r["sleep"]) == (True, 1, "asleep (level 1)")
+    assert (r["running"], r["waiting"]) == (0.0, 3.0)
+
+
+def test_status_dev_mode_off_says_unknown(run, vllm_double: VllmDouble) -> None:
+    vllm_double.config.dev_mode = False
+    result = run("status", vllm_double.address)
+    assert result.exit_code == 0
+    assert "unknown (dev mode off)" in result.stdout
+
+
+def test_status_many_hosts_one_down(run, vllm_double_factory) -> None:
+    up = vllm_double_factory()
+    down = vllm_double_factory()
+    down.stop()
+    result = run("status", up.address, down.address, "--json")
+    assert result.exit_code == 2
+    by_target = {r["target"]: r for r in json.loads(result.stdout)["results"]}
+    assert by_target[up.address]["healthy"] is True
+    assert by_target[down.address]["error_kind"] == "refused"
+    assert result.stderr.count("\n") == 1 and "connection refused" in result.stderr
+
+
+def test_status_api_key_from_option_and_environment(run, vllm_double: VllmDouble) -> None:
+    vllm_double.config.api_key = "k1"
+    denied = run("status", vllm_double.address)
+    assert denied.exit_code == 2 and "--api-key" in denied.stderr
+    assert run("status", vllm_double.address, "--api-key", "k1").exit_code == 0
+    assert run("status", vllm_double.address, env={"VLLM_API_KEY": "k1"}).exit_code == 0
+
+
+def test_status_engine_dead(run, vllm_double: VllmDouble) -> None:
+    vllm_double.config.engine_dead = True
+    result = run("status", vllm_double.address)
+    assert result.exit_code == 2
+    assert "engine dead" in result.stderr

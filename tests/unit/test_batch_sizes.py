@@ -1,0 +1,42 @@
+import pytest
+
+from warmctl.client import capture_sizes_from_config
+from warmctl.errors import WarmctlError
+from warmctl.warmup import DEFAULT_BATCH_SIZES, choose_batch_sizes, parse_batch_sizes
+
+
+def test_parse_batch_sizes() -> None:
+    assert parse_batch_sizes("8, 1,2,2,4") == [1, 2, 4, 8]
+    for bad in ("", "a,b", "0,1", "1,-2"):
+        with pytest.raises(WarmctlError):
+            parse_batch_sizes(bad)
+
+
+def test_choose_batch_sizes_precedence() -> None:
+    assert choose_batch_sizes([4, 2], [1, 8], 256) == ([2, 4], "--batch-sizes")
+    server = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 512]
+    assert choose_batch_sizes(None, server, 256, max_batch=64) == (
+        [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64],
+        "server",
+    )
+    assert choose_batch_sizes(None, server, 8) == ([1, 2, 4, 8], "server")
+    assert choose_batch_sizes(None, None, None) == (list(DEFAULT_BATCH_SIZES), "default")
+    assert choose_batch_sizes(None, None, 4) == ([1, 2, 4], "default")
+    assert choose_batch_sizes(None, [128], 256, max_batch=64) == ([128], "server")
+
+
+def test_capture_sizes_from_config_forms() -> None:
+    assert capture_sizes_from_config(
+        {"compilation_config": {"cudagraph_capture_sizes": [4, 1, 2]}}
+    ) == [
+        1,
+        2,
+        4,
+    ]
+    as_json_string = {"compilation_config": '{"cudagraph_capture_sizes": [2, 1]}'}
+    assert capture_sizes_from_config(as_json_string) == [1, 2]
+    text = "model='m', compilation_config={'level': 3, 'cudagraph_capture_sizes': [8, 4, 2, 1]}"
+    assert capture_sizes_from_config(text) == [1, 2, 4, 8]
+    assert capture_sizes_from_config({"compilation_config": {}}) is None
+    assert capture_sizes_from_config("no sizes here") is None
+    assert capture_sizes_from_config(None) is None

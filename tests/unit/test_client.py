@@ -1,0 +1,162 @@
+"""The client against real sockets: every failure is one line with the right kind."""
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from tests.double import VllmDouble
+
+from warmctl.client import Client
+from warmctl.errors import WarmctlError
+from warmctl.stream import stream_completion
+from warmctl.target import parse_target
+
+
+def client_for(srv: VllmDouble, **kw: object) -> Client:
+    return Client(parse_target(srv.address), **kw)  # type: ignore[arg-type]
+
+
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections and never answers."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    yield s.getsockname()[1]
+    s.close()
+
+
+def one_line_error(fn: object) -> WarmctlError:
+    with pytest.raises(WarmctlError) as info:
+        fn()  # type: ignore[operator]
+    assert "\n" not in str(info.value)
+    assert info.value.exit_code == 2
+    return info.value
+
+
+def test_routes(vllm_double: VllmDouble) -> None:
+    c = client_for(vllm_double)
+    c.health()
+    [model] = c.models()
+    assert model["id"] == "double-model" and model["max_model_len"] == 4096
+    assert c.version() == "0.26.0"
+    assert c.is_sleeping() is False
+    assert c.capture_sizes() == [1, 2, 4, 8]
+    m = c.metrics()
+    assert (m.running, m.waiting, m.sleep_state) == (0.0, 0.0, "awake")
+    c.sleep(2)
+    assert c.is_sleeping() and c.metrics().sleep_level == 2
+    c.wake_up(["weights"])
+    assert c.collective_rpc("reload_weights") == {"results": [None]}
+    c.wake_up(["kv_cache"])
+    c.reset_prefix_cache()
+    assert not c.is_sleeping()
+    assert ("POST", "/wake_up?tags=weights") in vllm_double.counters.requests
+
+
+def test_capture_sizes_from_text_server_info(vllm_double: VllmDouble) -> None:
+    vllm_double.config.server_info_text = True
+    vllm_double.config.capture_sizes = [16, 8]
+    assert client_for(vllm_double).capture_sizes() == [8, 16]
+
+
+def test_stream_counts_first_text_chunk_not_role_chunk(vllm_double: VllmDouble) -> None:
+    vllm_double.config.ttft = 0.15
+    vllm_double.config.empty_first_chunk = True
+    c = client_for(vllm_double)
+    for chat in (False, True):
+        r = stream_completion(c, "double-model", "hi", max_tokens=4, chat=chat)
+        assert r.tokens == 4 and r.prompt_tokens == 1 and r.finish_reason == "length"
+        assert r.text == " tok0 tok1 tok2 tok3"
+        assert 0.15 <= r.ttft_s < 0.25  # the empty first chunk (or role chunk) came at ~0 ms
+        assert len(r.chunk_times_s) == 4
+
+
+def test_refused() -> None:
+    c = Client(parse_target(f"127.0.0.1:{closed_port()}"))
+    err = one_line_error(c.health)
+    assert err.kind == "refused" and "connection refused" in str(err)
+
+
+def test_dns_failure() -> None:
+    err = one_line_error(Client(parse_target("no-such-host.invalid")).health)
+    assert err.kind == "dns" and "cannot resolve host 'no-such-host.invalid'" in str(err)
+
+
+def test_timeout(silent_port: int) -> None:
+    c = Client(parse_target(f"127.0.0.1:{silent_port}"), timeout=0.3)
+    t0 = time.monotonic()
+    err = one_line_error(c.health)
+    assert time.monotonic() - t0 < 5
+    assert err.kind == "timeout" and "timed out after 0.3 s" in str(err)
+
+
+def test_stream_stalls_past_timeout(vllm_double: VllmDouble) -> None:
+    vllm_double.config.ttft = 1.0
+    c = client_for(vllm_double, timeout=0.3)
+    err = one_line_error(lambda: stream_completion(c, "double-model", "hi"))
+    assert err.kind == "timeout"
+
+
+def test_tls_error_against_plain_http(vllm_double: VllmDouble) -> None:
+    c = Client(parse_target(f"https://127.0.0.1:{vllm_double.port}"))
+    err = one_line_error(c.health)
+    assert err.kind == "tls" and "TLS error" in str(err)
+
+
+def test_auth_names_the_option(vllm_double: VllmDouble) -> None:
+    vllm_double.config.api_key = "s3cret"
+    err = one_line_error(client_for(vllm_double).models)
+    assert err.kind == "auth" and "--api-key" in str(err) and "VLLM_API_KEY" in str(err)
+    err = one_line_error(client_for(vllm_double, api_key="wrong").models)
+    assert "refused" in str(err)
+    assert client_for(vllm_double, api_key="s3cret").models()
+
+
+def test_dev_route_404_says_what_the_server_needs(vllm_double: VllmDouble) -> None:
+    vllm_double.config.dev_mode = False
+    c = client_for(vllm_double)
+    for call in (c.is_sleeping, lambda: c.sleep(1), c.wake_up, c.reset_prefix_cache):
+        err = one_line_error(call)
+        assert err.kind == "dev_route"
+        assert "VLLM_SERVER_DEV_MODE=1" in str(err) and "--enable-sleep-mode" in str(err)
+    assert c.capture_sizes() is None  # optional knowledge, not an error
+
+
+def test_engine_dead(vllm_double: VllmDouble) -> None:
+    vllm_double.config.engine_dead = True
+    c = client_for(vllm_double)
+    err = one_line_error(c.health)
+    assert err.kind == "server" and "engine dead" in str(err) and "503" in str(err)
+    err = one_line_error(lambda: stream_completion(c, "double-model", "hi"))
+    assert err.kind == "server" and "EngineCore encountered an issue" in str(err)
+
+
+def test_wait_ready_retries_until_model_listed(vllm_double: VllmDouble) -> None:
+    vllm_double.config.not_ready_until = time.monotonic() + 0.8
+    t0 = time.monotonic()
+    models = client_for(vllm_double).wait_ready(timeout=10, interval=0.1)
+    assert models[0]["id"] == "double-model"
+    assert 0.7 < time.monotonic() - t0 < 5
+
+
+def test_wait_ready_gives_up_with_last_reason() -> None:
+    c = Client(parse_target(f"127.0.0.1:{closed_port()}"))
+    err = one_line_error(lambda: c.wait_ready(timeout=0.5, interval=0.1))
+    assert "not ready after 0.5 s" in str(err) and "connection refused" in str(err)
+
+
+def test_wait_ready_does_not_retry_auth(vllm_double: VllmDouble) -> None:
+    vllm_double.config.api_key = "k"
+    t0 = time.monotonic()
+    err = one_line_error(lambda: client_for(vllm_double).wait_ready(timeout=30))
+    assert err.kind == "auth" and time.monotonic() - t0 < 5

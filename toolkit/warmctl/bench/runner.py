@@ -123,7 +123,7 @@ class Runner:
         done = [s for s in self.doc["steps"] if "wall_s" in s]
         same = [s["wall_s"] for s in done if s["state"] == state]
         cold = [s["wall_s"] for s in done if s["state"] == "cold"]
-        estimate = max(same) if same else (0.8 * max(cold) if cold else 0.0)
+        estimate = max(same) if same else (0.6 * max(cold) if cold else 0.0)
         if left < 30 or left < estimate:
             return f"{left:.0f} s of the budget left, a {state} start took {estimate:.0f} s"
         return None

@@ -1,0 +1,197 @@
+"""Inventories the Ansible tests render and validate: a matrix of good hosts and bad ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+NIGHTS = {"name": "nights", "sleep": "0 20 * * 1-5", "wake": "30 7 * * 1-5", "level": 1}
+WEEKEND = {
+    "name": "weekend",
+    "sleep": "Fri *-*-* 21:00:00",
+    "wake": "Mon *-*-* 07:00:00",
+    "level": 2,
+}
+
+# host name -> host vars (the test adds the paths of a temp root)
+GOOD: dict[str, dict[str, Any]] = {
+    "gpu_sleep": {
+        "vllm_preflight_device_kind": "gpu",
+        "vllm_service_compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE"},
+        "vllm_service_instances": [
+            {
+                "name": "qwen",
+                "model": "/srv/models/qwen3-0.6b",
+                "served_model_name": "qwen",
+                "port": 8000,
+                "gpus": [0, 1],
+                "tensor_parallel_size": 2,
+                "max_num_seqs": 64,
+                "gpu_memory_utilization": 0.85,
+                "compilation_config": {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128]},
+                "windows": [NIGHTS, WEEKEND],
+            }
+        ],
+    },
+    "gpu_nosleep": {
+        "vllm_preflight_device_kind": "gpu",
+        "vllm_service_instances": [
+            {"name": "plain", "model": "/srv/models/plain", "port": 8100, "gpus": [0]}
+        ],
+    },
+    "gpu_sleep_off": {
+        "vllm_preflight_device_kind": "gpu",
+        "vllm_service_instances": [
+            {
+                "name": "nosleep",
+                "model": "/srv/models/m",
+                "sleep": False,
+                "windows": [NIGHTS],
+                "extra_args": ["--max-model-len", "4096"],
+            }
+        ],
+    },
+    "cpu": {
+        "vllm_preflight_device_kind": "cpu",
+        "vllm_service_instances": [
+            {
+                "name": "tiny",
+                "model": "Qwen/Qwen3-0.6B",
+                "port": 8000,
+                "enforce_eager": True,
+                "max_num_seqs": 4,
+                "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "NOTE": "a b$c"},
+                "windows": [{"name": "nights", "sleep": "0 0 1,15 * 5", "wake": "@daily"}],
+            }
+        ],
+    },
+    "gpu_two": {
+        "vllm_preflight_device_kind": "gpu",
+        "vllm_service_warmup_args": ["--prompt", "hello world"],
+        "vllm_service_instances": [
+            {
+                "name": "chat",
+                "model": "/srv/models/chat",
+                "port": 8000,
+                "gpus": [0],
+                "bind": "127.0.0.1",
+                "windows": [NIGHTS],
+            },
+            {
+                "name": "coder",
+                "model": "/srv/models/coder",
+                "port": 8001,
+                "gpus": [1],
+                "bind": "10.0.0.5",
+                "compilation_config": {"cudagraph_mode": "PIECEWISE"},
+                "warmup_args": ["--requests", "4"],
+            },
+        ],
+    },
+}
+
+OK_INSTANCE = {"name": "ok", "model": "/srv/m", "port": 8000}
+
+# host name -> (host vars, a piece of the expected preflight message)
+BAD: dict[str, tuple[dict[str, Any], str]] = {
+    "instances_not_list": (
+        {"vllm_service_instances": {"name": "x"}},
+        "'vllm_service_instances' is of type dict and we were unable to convert to list",
+    ),
+    "missing_model": ({"vllm_service_instances": [{"name": "x"}]}, "model"),
+    "port_not_int": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "port": "http"}]},
+        "port",
+    ),
+    "unknown_key": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "max_num_seq": 4}]},
+        "max_num_seq",
+    ),
+    "sleep_level_3": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "windows": [{**NIGHTS, "level": 3}]}]},
+        "level",
+    ),
+    "unknown_cudagraph_mode": (
+        {
+            "vllm_service_instances": [
+                {**OK_INSTANCE, "compilation_config": {"cudagraph_mode": "ALL"}}
+            ]
+        },
+        "cudagraph_mode must be one of",
+    ),
+    "capture_sizes_bad": (
+        {
+            "vllm_service_instances": [
+                {**OK_INSTANCE, "compilation_config": {"cudagraph_capture_sizes": [1, -2, "x"]}}
+            ]
+        },
+        "cudagraph_capture_sizes a list of positive integers",
+    ),
+    "port_clash": (
+        {"vllm_service_instances": [OK_INSTANCE, {**OK_INSTANCE, "name": "other"}]},
+        "share a name or a port",
+    ),
+    "duplicate_names": (
+        {"vllm_service_instances": [OK_INSTANCE, {**OK_INSTANCE, "port": 8001}]},
+        "share a name or a port",
+    ),
+    "malformed_cron": (
+        {
+            "vllm_service_instances": [
+                {**OK_INSTANCE, "windows": [{**NIGHTS, "sleep": "0 25 * * 1-5"}]}
+            ]
+        },
+        "hour value 25 is outside 0-23",
+    ),
+    "malformed_oncalendar": (
+        {
+            "vllm_service_instances": [
+                {**OK_INSTANCE, "windows": [{**NIGHTS, "wake": "Mon..Fry 07:30"}]}
+            ]
+        },
+        "Failed to parse calendar specification",
+    ),
+    "bad_instance_name": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "name": "Qwen Chat"}]},
+        "use lowercase letters, digits and dashes",
+    ),
+    "gpu_memory_over_1": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "gpu_memory_utilization": 1.5}]},
+        "gpu_memory_utilization must be in (0, 1], got 1.5",
+    ),
+    "port_out_of_range": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "port": 70000}]},
+        "port must be 1-65535, got 70000",
+    ),
+    "tp_vs_gpus": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "gpus": [0, 1], "tensor_parallel_size": 4}]},
+        "must list tensor_parallel_size (4) GPUs",
+    ),
+    "model_src_relative": (
+        {
+            "vllm_service_instances": [
+                {**OK_INSTANCE, "model": "Qwen/Qwen3", "model_src": "/data/q"}
+            ]
+        },
+        "model must be the absolute host path to stage it to",
+    ),
+    "duplicate_windows": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "windows": [NIGHTS, NIGHTS]}]},
+        "window names must be unique",
+    ),
+    "window_missing_wake": (
+        {
+            "vllm_service_instances": [
+                {**OK_INSTANCE, "windows": [{"name": "w", "sleep": "0 1 * * *"}]}
+            ]
+        },
+        "wake",
+    ),
+    "device_choice": (
+        {"vllm_preflight_device": "tpu", "vllm_service_instances": [OK_INSTANCE]},
+        "vllm_preflight_device",
+    ),
+    "find_links_not_list": (
+        {"vllm_install_pip_find_links": {"url": "x"}, "vllm_service_instances": [OK_INSTANCE]},
+        "vllm_install_pip_find_links",
+    ),
+}

@@ -1,0 +1,241 @@
+"""Every template rendered through Ansible (the roles' render tasks) and through warmctl.render:
+identical text, the exact ExecStart/environment/timers, and systemd accepts them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.ansible.cases import GOOD
+
+from warmctl.render import RenderError, render_instance
+from warmctl.unitfile import unit_values
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+needs_systemd = pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
+
+
+def host_vars(hosts: dict[str, Any], name: str) -> dict[str, Any]:
+    return {k: v for k, v in hosts[name].items() if k != "vllm_service_instances"}
+
+
+def all_rendered(rendered_by_ansible: dict[str, Any]) -> list[tuple[str, dict, Any]]:
+    hosts = rendered_by_ansible["hosts"]
+    return [
+        (name, instance, render_instance(instance, host_vars(hosts, name)))
+        for name in hosts
+        for instance in hosts[name]["vllm_service_instances"]
+    ]
+
+
+def test_ansible_and_warmctl_render_identical_files(rendered_by_ansible):
+    root: Path = rendered_by_ansible["root"]
+    checked = 0
+    expected_paths: set[str] = set()
+    for _name, _instance, rendered in all_rendered(rendered_by_ansible):
+        for path, text in rendered.files.items():
+            expected_paths.add(path)
+            assert Path(path).read_text() == text, path
+            checked += 1
+    on_disk = {str(p) for p in root.glob("*/units/*")} | {str(p) for p in root.glob("*/etc/*")}
+    assert on_disk == expected_paths  # Ansible wrote exactly the files warmctl.render knows
+    assert checked >= 25
+
+
+def test_gpu_sleep_exact_unit_env_and_timers():
+    instance = GOOD["gpu_sleep"]["vllm_service_instances"][0]
+    r = render_instance(instance, host_vars(GOOD, "gpu_sleep"))
+    assert r.argv == [
+        "/opt/vllm/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve",
+        "/srv/models/qwen3-0.6b", "--host", "0.0.0.0", "--port", "8000",
+        "--served-model-name", "qwen", "--tensor-parallel-size", "2", "--max-num-seqs", "64",
+        "--gpu-memory-utilization", "0.85", "--compilation-config",
+        '{"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": '
+        "[1, 2, 4, 8, 16, 32, 64, 128]}",
+        "--enable-sleep-mode",
+    ]  # fmt: skip
+    assert unit_values(r.unit_text, "Service", "ExecStart") == [
+        "/opt/vllm/venv/bin/python -m vllm.entrypoints.cli.main serve /srv/models/qwen3-0.6b "
+        "--host 0.0.0.0 --port 8000 --served-model-name qwen --tensor-parallel-size 2 "
+        "--max-num-seqs 64 --gpu-memory-utilization 0.85 --compilation-config "
+        '\'{"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": '
+        "[1, 2, 4, 8, 16, 32, 64, 128]}' --enable-sleep-mode"
+    ]
+    assert r.warmup_argv == ["/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:8000"]
+    assert r.env == {
+        "VLLM_CACHE_ROOT": "/var/cache/vllm/vllm",
+        "TRITON_CACHE_DIR": "/var/cache/vllm/triton",
+        "TORCHINDUCTOR_CACHE_DIR": "/var/cache/vllm/inductor",
+        "CUDA_CACHE_PATH": "/var/cache/vllm/nv",
+        "CUDA_CACHE_MAXSIZE": "4294967296",
+        "TORCH_EXTENSIONS_DIR": "/var/cache/vllm/torch_extensions",
+        "XDG_CACHE_HOME": "/var/cache/vllm/xdg",
+        "HF_HOME": "/var/cache/vllm/huggingface",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_DO_NOT_TRACK": "1",
+    }
+    assert r.sleep and r.device == "gpu"
+    for key, value in {
+        "Type": "exec",
+        "User": "vllm",
+        "Restart": "on-failure",
+        "LimitNOFILE": "65536",
+        "TimeoutStartSec": "1800",
+        "EnvironmentFile": "/etc/vllm/qwen.env",
+    }.items():
+        assert unit_values(r.unit_text, "Service", key) == [value], key
+    assert r.unit_text.startswith("# Ansible managed\n")
+    units = "/etc/systemd/system"
+    timer = r.files[f"{units}/vllm-qwen-sleep-nights.timer"]
+    assert unit_values(timer, "Timer", "OnCalendar") == ["Mon..Fri *-*-* 20:00:00"]
+    assert unit_values(timer, "Timer", "Persistent") == ["true"]
+    assert unit_values(timer, "Timer", "Unit") == ["vllm-qwen-sleep-nights.service"]
+    wake = r.files[f"{units}/vllm-qwen-wake-nights.timer"]
+    assert unit_values(wake, "Timer", "OnCalendar") == ["Mon..Fri *-*-* 07:30:00"]
+    weekend = r.files[f"{units}/vllm-qwen-sleep-weekend.timer"]
+    assert unit_values(weekend, "Timer", "OnCalendar") == ["Fri *-*-* 21:00:00"]
+    sleep_svc = r.files[f"{units}/vllm-qwen-sleep-weekend.service"]
+    assert unit_values(sleep_svc, "Service", "ExecStart") == [
+        "/opt/warmctl/bin/warmctl sleep 127.0.0.1:8000 --level 2"
+    ]
+    wake_svc = r.files[f"{units}/vllm-qwen-wake-nights.service"]
+    assert unit_values(wake_svc, "Service", "ExecStart") == [
+        "/opt/warmctl/bin/warmctl wake 127.0.0.1:8000 --level 1"
+    ]
+    assert unit_values(wake_svc, "Service", "User") == ["vllm"]
+    script = r.files["/etc/vllm/qwen-window.sh"]
+    assert 'calendar --in-window "$1" "$2"' in script
+    assert "if inside '0 20 * * 1-5' '30 7 * * 1-5'; then" in script
+    assert "exec /usr/bin/systemctl start vllm-qwen-sleep-weekend.service" in script
+    assert script.rstrip().endswith("exec /usr/bin/systemctl start vllm-qwen-wake-nights.service")
+
+
+def test_gpu_without_sleep_has_no_dev_mode_and_no_compilation_config():
+    r = render_instance(GOOD["gpu_nosleep"]["vllm_service_instances"][0], {})
+    assert "--enable-sleep-mode" not in r.argv and "VLLM_SERVER_DEV_MODE" not in r.env
+    assert "--compilation-config" not in r.argv  # capture sizes unset: vLLM's own default
+    assert r.argv[-4:] == ["--host", "0.0.0.0", "--port", "8100"]
+    assert r.env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert set(r.files) == {"/etc/systemd/system/vllm-plain.service", "/etc/vllm/plain.env"}
+
+
+def test_gpu_with_sleep_off_stops_and_starts_in_windows():
+    instance = GOOD["gpu_sleep_off"]["vllm_service_instances"][0]
+    r = render_instance(instance, host_vars(GOOD, "gpu_sleep_off"))
+    assert not r.sleep and "VLLM_SERVER_DEV_MODE" not in r.env
+    assert r.argv[-2:] == ["--max-model-len", "4096"]
+    svc = r.files["/etc/systemd/system/vllm-nosleep-sleep-nights.service"]
+    assert unit_values(svc, "Service", "ExecStart") == [
+        "/usr/bin/systemctl stop vllm-nosleep.service"
+    ]
+    assert unit_values(svc, "Service", "User") == []
+
+
+def test_cpu_host_uses_api_server_and_stop_start_windows():
+    instance = GOOD["cpu"]["vllm_service_instances"][0]
+    r = render_instance(instance, host_vars(GOOD, "cpu"))
+    assert r.argv == [
+        "/opt/vllm/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+        "--model", "Qwen/Qwen3-0.6B", "--host", "0.0.0.0", "--port", "8000",
+        "--max-num-seqs", "4", "--enforce-eager",
+    ]  # fmt: skip
+    assert not r.sleep and r.device == "cpu"
+    assert r.env["HF_HUB_OFFLINE"] == "0" and "TRANSFORMERS_OFFLINE" not in r.env
+    assert r.env["NOTE"] == "a b$c" and 'NOTE="a b\\$c"' in r.env_text
+    assert r.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    units = "/etc/systemd/system"
+    assert unit_values(
+        r.files[f"{units}/vllm-tiny-wake-nights.service"], "Service", "ExecStart"
+    ) == ["/usr/bin/systemctl start vllm-tiny.service"]
+    # cron with both day-of-month and day-of-week: either matches, so two OnCalendar lines
+    assert unit_values(r.files[f"{units}/vllm-tiny-sleep-nights.timer"], "Timer", "OnCalendar") == [
+        "*-*-01,15 00:00:00",
+        "Fri *-*-* 00:00:00",
+    ]
+    assert unit_values(r.files[f"{units}/vllm-tiny-wake-nights.timer"], "Timer", "OnCalendar") == [
+        "*-*-* 00:00:00"
+    ]
+
+
+def test_two_instances_on_one_host():
+    hosts = host_vars(GOOD, "gpu_two")
+    chat, coder = (render_instance(i, hosts) for i in GOOD["gpu_two"]["vllm_service_instances"])
+    assert chat.unit_name == "vllm-chat.service" and coder.unit_name == "vllm-coder.service"
+    assert chat.argv[chat.argv.index("--host") + 1] == "127.0.0.1"
+    assert chat.warmup_argv == [
+        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:8000", "--prompt", "hello world",
+    ]  # fmt: skip
+    assert coder.warmup_argv == [
+        "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--prompt", "hello world",
+        "--requests", "4",
+    ]  # fmt: skip
+    assert "'hello world'" in unit_values(chat.unit_text, "Service", "ExecStartPost")[0]
+    assert coder.argv[coder.argv.index("--compilation-config") + 1] == (
+        '{"cudagraph_mode": "PIECEWISE"}'
+    )
+    assert chat.env["CUDA_VISIBLE_DEVICES"] == "0" and coder.env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert chat.sleep and not coder.sleep
+
+
+def test_render_rejects_bad_input():
+    with pytest.raises(RenderError, match="'model' is required"):
+        render_instance({"name": "x"})
+    with pytest.raises(RenderError, match="hour value 25"):
+        render_instance(
+            {
+                "name": "x",
+                "model": "/m",
+                "windows": [{"name": "w", "sleep": "0 25 * * *", "wake": "@daily"}],
+            }
+        )
+    with pytest.raises(RenderError, match="must be 'gpu' or 'cpu'"):
+        render_instance({"name": "x", "model": "/m"}, {"vllm_preflight_device_kind": "tpu"})
+
+
+@needs_systemd
+def test_rendered_units_pass_systemd_analyze_verify(rendered_by_ansible):
+    root: Path = rendered_by_ansible["root"]
+    for host in rendered_by_ansible["hosts"]:
+        units = sorted(str(p) for p in (root / host / "units").glob("*"))
+        proc = subprocess.run(
+            [SYSTEMD_ANALYZE, "verify", "--man=no", *units],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        problems = [
+            line for line in proc.stderr.splitlines()
+            if "/units/" in line or "vllm-" in line
+        ]  # fmt: skip
+        assert proc.returncode == 0 and not problems, f"{host}: {proc.stderr}"
+
+
+@needs_systemd
+def test_rendered_timers_pass_systemd_analyze_calendar(rendered_by_ansible):
+    root: Path = rendered_by_ansible["root"]
+    timers = sorted(root.glob("*/units/*.timer"))
+    assert len(timers) >= 10
+    for timer in timers:
+        for calendar in unit_values(timer.read_text(), "Timer", "OnCalendar"):
+            proc = subprocess.run(
+                [SYSTEMD_ANALYZE, "calendar", calendar],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            assert proc.returncode == 0, f"{timer.name}: {calendar}: {proc.stderr}"
+
+
+def test_reconcile_script_is_valid_sh(rendered_by_ansible):
+    root: Path = rendered_by_ansible["root"]
+    scripts = sorted(root.glob("*/etc/*-window.sh"))
+    assert len(scripts) == 4
+    for script in scripts:
+        assert script.stat().st_mode & 0o111
+        proc = subprocess.run(
+            ["sh", "-n", str(script)], capture_output=True, text=True, check=False
+        )
+        assert proc.returncode == 0, proc.stderr

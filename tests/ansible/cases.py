@@ -83,7 +83,7 @@ GOOD: dict[str, dict[str, Any]] = {
                 "gpus": [1],
                 "bind": "10.0.0.5",
                 "compilation_config": {"cudagraph_mode": "PIECEWISE"},
-                "warmup_args": ["--requests", "4"],
+                "warmup_args": ["--max-batch", "4"],
             },
         ],
     },

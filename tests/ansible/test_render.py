@@ -107,7 +107,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     ]
     wake_svc = r.files[f"{units}/vllm-qwen-wake-nights.service"]
     assert unit_values(wake_svc, "Service", "ExecStart") == [
-        "/opt/warmctl/bin/warmctl wake 127.0.0.1:8000 --level 1"
+        "/opt/warmctl/bin/warmctl wake 127.0.0.1:8000"
     ]
     assert unit_values(wake_svc, "Service", "User") == ["vllm"]
     script = r.files["/etc/vllm/qwen-window.sh"]
@@ -174,7 +174,7 @@ def test_two_instances_on_one_host():
     ]  # fmt: skip
     assert coder.warmup_argv == [
         "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--prompt", "hello world",
-        "--requests", "4",
+        "--max-batch", "4",
     ]  # fmt: skip
     assert "'hello world'" in unit_values(chat.unit_text, "Service", "ExecStartPost")[0]
     assert coder.argv[coder.argv.index("--compilation-config") + 1] == (

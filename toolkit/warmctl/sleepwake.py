@@ -119,6 +119,7 @@ def sleep(
         raise WarmctlError(f"sleep level must be 1 or 2, not {level}", kind="input")
     t0 = time.monotonic()
     report = SleepReport(target=client.target.label, level=level)
+    client.health()  # a dead engine is reported as such, before anything is changed
     if client.is_sleeping():
         report.already_asleep = True
         report.total_s = time.monotonic() - t0
@@ -197,6 +198,7 @@ def wake(
         fn()
         report.steps.append(Step(name, time.monotonic() - s0))
 
+    client.health()
     if not client.is_sleeping():
         report.already_awake = True
     else:

@@ -1,0 +1,130 @@
+import json
+import time
+from pathlib import Path
+
+import pytest
+from tests.double import VllmDouble
+
+
+def verify_json(run, *args: str) -> tuple[int, list[dict]]:
+    result = run("verify", *args, "--json")
+    return result.exit_code, json.loads(result.stdout)["results"]
+
+
+def test_fidelity_first_300ms_then_20ms(run, vllm_double: VllmDouble) -> None:
+    """The double delays the first token 300 ms on the first request and 20 ms after:
+    verify must report both within +-10 ms. A loaded machine can delay one thread wake-up by
+    several ms, so up to three runs are made; one must be within the bound on both figures
+    (a systematic error, such as timing the role chunk or requests' own set-up, fails all)."""
+    vllm_double.config.first_ttft = 0.300
+    vllm_double.config.ttft = 0.020
+    vllm_double.config.token_delay = 0.002
+    seen = []
+    for _ in range(3):
+        vllm_double.first_pending = True
+        code, [r] = verify_json(run, vllm_double.address, "--decode-tokens", "32")
+        seen.append((r["first_ttft_s"], r["steady_median_ttft_s"]))
+        if (
+            abs(r["first_ttft_s"] - 0.300) <= 0.010
+            and abs(r["steady_median_ttft_s"] - 0.020) <= 0.010
+        ):
+            break
+    else:
+        pytest.fail(f"(first, steady median) TTFTs off by more than 10 ms in every run: {seen}")
+    assert r["first_total_s"] >= r["first_ttft_s"] + 15 * 0.002
+    assert r["decode_ms_per_token"] == pytest.approx(2.0, abs=1.5)
+    # 300 ms / 20 ms is far over the 2x acceptance line
+    assert r["status"] == "FAIL" and code == 1
+    assert any("first/steady TTFT" in reason for reason in r["reasons"])
+    # raw samples kept: 10 steady requests, per-chunk times of each
+    samples = r["samples"]
+    assert len(samples["steady"]) == 10
+    assert all(len(s["chunk_times_s"]) == 16 for s in samples["steady"])
+    assert samples["decode"]["tokens"] == 32
+    assert samples["first"]["ttft_s"] == r["first_ttft_s"]
+
+
+def test_pass_when_first_is_as_fast_as_steady(run, vllm_double: VllmDouble) -> None:
+    vllm_double.config.ttft = 0.02
+    result = run("verify", vllm_double.address, "--steady", "5", "--decode-tokens", "8")
+    assert result.exit_code == 0, result.output
+    assert "PASS" in result.stdout and "FIRST TTFT" in result.stdout
+
+
+def test_thresholds_are_options(run, vllm_double: VllmDouble) -> None:
+    vllm_double.config.first_ttft = 0.15
+    vllm_double.config.ttft = 0.02
+    code, [r] = verify_json(
+        run, vllm_double.address, "--max-ratio", "20", "--max-first-ttft", "0.1", "--steady", "3"
+    )
+    assert code == 1 and r["reasons"] == [f"first TTFT {r['first_ttft_s'] * 1000:.0f} ms > 100 ms"]
+    vllm_double.first_pending = True
+    code, [r] = verify_json(run, vllm_double.address, "--max-ratio", "20", "--steady", "3")
+    assert code == 0 and r["status"] == "PASS"
+
+
+def test_sleeping_host_is_asleep_not_slow(run, vllm_double: VllmDouble) -> None:
+    vllm_double.put_to_sleep(1)
+    code, [r] = verify_json(run, vllm_double.address)
+    assert code == 1 and r["status"] == "ASLEEP" and r["first_ttft_s"] is None
+    assert vllm_double.counters.generations == 0
+    # without dev mode the sleep state comes from /metrics
+    vllm_double.config.dev_mode = False
+    code, [r] = verify_json(run, vllm_double.address)
+    assert r["status"] == "ASLEEP"
+    result = run("verify", vllm_double.address)
+    assert "ASLEEP" in result.stdout and "warmctl wake" in result.stdout
+
+
+def test_hosts_are_checked_in_parallel(run, vllm_double_factory) -> None:
+    fast = [vllm_double_factory(first_ttft=0.6, ttft=0.01) for _ in range(3)]
+    t0 = time.monotonic()
+    code, reports = verify_json(
+        run, *[s.address for s in fast], "--steady", "2", "--max-ratio", "100"
+    )
+    elapsed = time.monotonic() - t0
+    assert code == 0 and [r["status"] for r in reports] == ["PASS"] * 3
+    assert elapsed < 1.6  # three 0.6 s first requests one after another would take 1.8 s
+
+
+def test_mixed_results_exit_codes(run, vllm_double_factory) -> None:
+    good = vllm_double_factory(ttft=0.01)
+    slow_first = vllm_double_factory(first_ttft=0.3, ttft=0.01)
+    down = vllm_double_factory()
+    down.stop()
+    code, reports = verify_json(run, good.address, slow_first.address, "--steady", "3")
+    assert code == 1 and [r["status"] for r in reports] == ["PASS", "FAIL"]
+    good.first_pending = True
+    result = run("verify", good.address, down.address, "--steady", "3", "--ready-timeout", "0.5")
+    assert result.exit_code == 2
+    assert "ERROR" in result.stdout and "connection refused" in result.stderr
+
+
+def test_inventory_hosts(run, vllm_double_factory, tmp_path: Path) -> None:
+    a = vllm_double_factory(ttft=0.01)
+    b = vllm_double_factory(ttft=0.01)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(
+        "all:\n  children:\n    vllm:\n      hosts:\n"
+        f"        gpu-1:\n          ansible_host: 127.0.0.1\n          warmctl_port: {a.port}\n"
+        "        gpu-2:\n          ansible_host: 127.0.0.1\n"
+        f"          vllm_service_instances: [{{name: chat, port: {b.port}}}]\n"
+    )
+    code, reports = verify_json(run, "--inventory", str(inv), "--steady", "2")
+    assert code == 0
+    assert [r["target"] for r in reports] == [f"gpu-1:{a.port}", "gpu-2/chat"]
+    code, reports = verify_json(run, "-i", str(inv), "--limit", "gpu-2", "--steady", "2")
+    assert [r["target"] for r in reports] == ["gpu-2/chat"]
+    # per run: first + 2 steady + 1 decode; gpu-2 was checked twice
+    assert a.counters.generations == 4 and b.counters.generations == 8
+
+
+def test_bad_inventory_is_one_line(run, tmp_path: Path) -> None:
+    inv = tmp_path / "broken.yml"
+    inv.write_text("all:\n  hosts: [\n")
+    result = run("verify", "--inventory", str(inv))
+    assert result.exit_code == 2
+    assert (
+        result.stderr.startswith("warmctl: error: inventory") and "does not parse" in result.stderr
+    )
+    assert result.stderr.count("\n") == 1 and result.stdout == ""

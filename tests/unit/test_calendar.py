@@ -160,7 +160,9 @@ def test_cli_converts_and_errors():
     assert two.output.splitlines() == ["*-*-01,15 00:00:00", "Fri *-*-* 00:00:00"]
     bad = runner.invoke(command, ["0 25 * * *"])
     assert bad.exit_code == 2
-    assert bad.output.strip() == "error: cron '0 25 * * *': hour value 25 is outside 0-23"
+    assert bad.output.strip() == (
+        "warmctl: error: cron '0 25 * * *': hour value 25 is outside 0-23"
+    )
     assert "Traceback" not in bad.output
     missing = runner.invoke(command, [])
     assert missing.exit_code == 2 and missing.output.count("\n") == 1

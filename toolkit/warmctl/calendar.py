@@ -18,6 +18,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from warmctl.errors import WarmctlError
+
 MACROS: dict[str, str] = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -33,8 +35,11 @@ SYSTEMD_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # ISO 1..7
 SEARCH_DAYS = 366 * 8  # every cron expression that can fire at all fires within 8 years
 
 
-class CalendarError(ValueError):
-    """A calendar expression that cannot be used, said in one line."""
+class CalendarError(WarmctlError, ValueError):
+    """A calendar expression that cannot be used, said in one line (exit code 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 2, kind="input")
 
 
 @dataclass(frozen=True)

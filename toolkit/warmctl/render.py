@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from warmctl.calendar import CalendarError, to_oncalendar
+from warmctl.errors import WarmctlError
 from warmctl.unitfile import env_quote, parse_env_file, systemd_quote, systemd_split, unit_values
 
 ROLES = ("vllm_preflight", "vllm_install", "vllm_service", "vllm_schedule", "vllm_verify")
@@ -29,8 +30,11 @@ ANSIBLE_MANAGED = "Ansible managed"  # ansible-core's default `ansible_managed` 
 DEVICE_KEY = "vllm_preflight_device_kind"
 
 
-class RenderError(ValueError):
-    """An instance that cannot be rendered, said in one line."""
+class RenderError(WarmctlError, ValueError):
+    """An instance that cannot be rendered, said in one line (exit code 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 2, kind="input")
 
 
 @dataclass(frozen=True)

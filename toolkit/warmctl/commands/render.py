@@ -1,0 +1,100 @@
+"""`warmctl render VARS_FILE`: an instance's systemd files, as the roles would write them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from warmctl.options import guard
+
+
+@click.command("render")
+@click.argument("vars_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--instance", "names", multiple=True, metavar="NAME", help="Only this instance.")
+@click.option(
+    "--device",
+    type=click.Choice(["gpu", "cpu"]),
+    help="Kind of host (default: vllm_preflight_device_kind in VARS_FILE, else gpu).",
+)
+@click.option("--json", "as_json", is_flag=True, help="argv, env and files as JSON.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the files under this folder (at their host paths) instead of printing them.",
+)
+def command(
+    vars_file: Path, names: tuple[str, ...], device: str | None, as_json: bool, out: Path | None
+) -> None:
+    """Render the unit, env file, timers and window services of each instance in VARS_FILE.
+
+    VARS_FILE is YAML with the host's variables (e.g. a group_vars file): vllm_service_instances
+    and any role variable to override; the roles' defaults fill in the rest. The same
+    templates/ files as the Ansible roles, so this is exactly what a host would get.
+    """
+
+    def body() -> int:
+        import json
+
+        from warmctl.errors import WarmctlError
+        from warmctl.render import render_instance
+
+        host = _load_vars(vars_file)
+        if device:
+            host["vllm_preflight_device_kind"] = device
+        instances = host.pop("vllm_service_instances", None)
+        if not isinstance(instances, list) or not instances:
+            raise WarmctlError(f"{vars_file}: no vllm_service_instances list", kind="input")
+        known = [i.get("name") for i in instances if isinstance(i, dict)]
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            have = ", ".join(map(str, known))
+            raise WarmctlError(
+                f"no instance {', '.join(unknown)} in {vars_file} (have: {have})", kind="input"
+            )
+        chosen = [
+            i for i in instances if not names or (isinstance(i, dict) and i.get("name") in names)
+        ]
+        rendered = [render_instance(i, host) for i in chosen]
+        if as_json:
+            click.echo(json.dumps([_as_dict(r) for r in rendered], indent=2))
+        elif out is not None:
+            for r in rendered:
+                for path, text in r.files.items():
+                    target = out / path.lstrip("/")
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(text)
+                    click.echo(str(target))
+        else:
+            for r in rendered:
+                for path, text in r.files.items():
+                    click.echo(f"# ==> {path} <==")
+                    click.echo(text, nl=False)
+                    click.echo()
+        return 0
+
+    guard(body)
+
+
+def _load_vars(path: Path) -> dict:
+    import yaml
+
+    from warmctl.errors import WarmctlError
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise WarmctlError(f"cannot read {path}: {exc.strerror}", kind="input") from None
+    except yaml.YAMLError as exc:
+        raise WarmctlError(
+            f"{path} is not valid YAML: {' '.join(str(exc).split())}", kind="input"
+        ) from None
+    if not isinstance(data, dict):
+        raise WarmctlError(f"{path}: expected a mapping of variables", kind="input")
+    return data
+
+
+def _as_dict(r: object) -> dict:
+    from dataclasses import asdict
+
+    return asdict(r)  # type: ignore[call-overload]

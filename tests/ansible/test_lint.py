@@ -1,0 +1,61 @@
+"""The Ansible content is lint-clean (ansible-lint production profile, yamllint), parses as
+playbooks, and docs/ROLES.md is current with the argument specs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.ansible.conftest import BIN, ROOT, ansible_env
+
+ANSIBLE_PATHS = ["site.yml", "playbooks", "roles", "inventories", "tests/ansible"]
+PLAYBOOKS = [
+    "site.yml",
+    "playbooks/deploy.yml",
+    "playbooks/verify.yml",
+    "playbooks/restart.yml",
+    "playbooks/sleep.yml",
+    "playbooks/wake.yml",
+    "playbooks/warmup.yml",
+]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(args), cwd=ROOT, env=ansible_env(), capture_output=True, text=True, check=False,
+        timeout=600,
+    )  # fmt: skip
+
+
+def test_ansible_lint_production_profile():
+    proc = run(str(BIN / "ansible-lint"), "--profile", "production", "--offline")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "Profile 'production' was required, and it passed" in proc.stderr + proc.stdout
+
+
+def test_yamllint():
+    proc = run(str(BIN / "yamllint"), "--strict", ".yamllint", ".ansible-lint", *ANSIBLE_PATHS)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_playbooks_parse():
+    inventory = str(ROOT / "inventories" / "example")
+    proc = run(str(BIN / "ansible-playbook"), "--syntax-check", "-i", inventory, *PLAYBOOKS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_example_inventory_passes_preflight_validation():
+    """The example fleet must itself be a valid inventory (argument specs + preflight rules)."""
+    proc = run(
+        str(BIN / "ansible-playbook"), "-i", str(ROOT / "inventories" / "example"),
+        "-e", f"ansible_connection=local ansible_python_interpreter={sys.executable}",
+        "tests/ansible/validate.yml",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    for host in ("gpu-01", "gpu-02", "gpu-03"):
+        assert f"{host}: VALID" in proc.stdout
+
+
+def test_roles_doc_is_current():
+    proc = run(sys.executable, "scripts/roles_doc.py", "--check")
+    assert proc.returncode == 0, proc.stdout

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # so `tests.double` imports however pytest was started
-    sys.path.insert(0, str(ROOT))
-
-from click.testing import CliRunner  # noqa: E402
-from tests.double.fixtures import vllm_double, vllm_double_factory  # noqa: E402, F401
+from click.testing import CliRunner
+from tests.double.fixtures import vllm_double, vllm_double_factory  # noqa: F401
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@ import json
 import threading
 import time
 
+import pytest
 from tests.double import VllmDouble
 
 from warmctl.client import Client
@@ -89,11 +90,27 @@ def test_sleep_needs_dev_mode(run, vllm_double: VllmDouble) -> None:
     assert "VLLM_SERVER_DEV_MODE=1" in result.stderr and "--enable-sleep-mode" in result.stderr
 
 
-def test_sleep_without_sleep_mode_is_a_server_error(run, vllm_double: VllmDouble) -> None:
+@pytest.mark.parametrize("text_info", [False, True])
+def test_sleep_refused_when_server_says_sleep_mode_is_off(
+    run, vllm_double: VllmDouble, text_info: bool
+) -> None:
+    """vLLM answers /sleep with 200 even without --enable-sleep-mode (on CPU it then only
+    pauses and new requests hang): warmctl must ask /server_info first and not sleep."""
     vllm_double.config.sleep_mode = False
+    vllm_double.config.device = "cpu"
+    vllm_double.config.server_info_text = text_info
     result = run("sleep", vllm_double.address)
-    assert result.exit_code == 2 and "--enable-sleep-mode" in result.stderr
-    assert "Traceback" not in result.output
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "sleep mode is not enabled" in result.stderr and "--enable-sleep-mode" in result.stderr
+    assert "CPU" in result.stderr
+    assert vllm_double.counters.sleeps == [] and not vllm_double.is_sleeping
+
+
+def test_warmup_refuses_a_sleeping_server(run, vllm_double: VllmDouble) -> None:
+    vllm_double.put_to_sleep(1)
+    result = run("warmup", vllm_double.address)
+    assert result.exit_code == 2 and "asleep" in result.stderr and "warmctl wake" in result.stderr
+    assert vllm_double.counters.generations == 0
 
 
 def test_wake_after_level_2_reloads_weights_then_warms(run, vllm_double: VllmDouble) -> None:

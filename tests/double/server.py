@@ -56,7 +56,8 @@ class DoubleConfig:
     ttft: float = 0.0  # TTFT of later generations
     token_delay: float = 0.0  # between streamed tokens
     dev_mode: bool = True  # VLLM_SERVER_DEV_MODE=1
-    sleep_mode: bool = True  # --enable-sleep-mode
+    sleep_mode: bool = True  # --enable-sleep-mode (reported by /server_info)
+    device: str = "cuda"  # /server_info's device_config.device
     api_key: str | None = None  # --api-key: /v1/* need "Authorization: Bearer KEY"
     engine_dead: bool = False  # /health 503, generation 500
     chat_template: bool = True
@@ -75,6 +76,7 @@ class DoubleConfig:
 class Counters:
     requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path?query)
     prompts: list[str] = field(default_factory=list)  # prompt / last user message, in order
+    connections: int = 0  # TCP connections accepted
     generations: int = 0
     completed: int = 0  # streams that ended normally
     aborted: int = 0  # streams the server cut (sleep in their middle)
@@ -197,13 +199,20 @@ class VllmDouble:
         if cfg.capture_sizes is not None:
             comp["cudagraph_capture_sizes"] = sorted(cfg.capture_sizes, reverse=True)
         config = {
-            "model_config": {"model": cfg.model, "max_model_len": cfg.max_model_len},
+            "model_config": {
+                "model": cfg.model,
+                "max_model_len": cfg.max_model_len,
+                "enable_sleep_mode": cfg.sleep_mode,
+            },
+            "device_config": {"device": cfg.device},
             "scheduler_config": {"max_num_seqs": cfg.max_num_seqs},
             "compilation_config": comp,
         }
         if text or cfg.server_info_text:
             vllm_config: Any = (
-                f"model={cfg.model!r}, max_seq_len={cfg.max_model_len}, compilation_config={comp!r}"
+                f"model={cfg.model!r}, max_seq_len={cfg.max_model_len}, "
+                f"enable_sleep_mode={cfg.sleep_mode}, device_config={cfg.device}, "
+                f"compilation_config={comp!r}"
             )
         else:
             vllm_config = config
@@ -221,6 +230,8 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
 
         def setup(self) -> None:
             super().setup()
+            with double.lock:
+                double.counters.connections += 1
             # like uvicorn: no Nagle delay between the headers and the first small SSE chunk
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -318,17 +329,20 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             self._send(200, {"is_sleeping": double.is_sleeping})
 
         def sleep(self, query: dict[str, list[str]], body: Any) -> None:
-            if not double.config.sleep_mode:
-                self._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
-                return
+            # without --enable-sleep-mode vLLM still answers 200 (on CPU it only pauses)
             level = int(query.get("level", ["1"])[0])
+            if level not in (1, 2):
+                self._error(
+                    400, "1 validation error: level: Input should be less than or equal to 2"
+                )
+                return
             time.sleep(double.config.sleep_delay)
             with double.lock:
                 double.counters.sleeps.append(level)
                 if double.counters.in_flight:
                     double.counters.sleep_with_in_flight += 1
             double.put_to_sleep(level)
-            self._send(200, b"")
+            self._send(200, {"status": "sleeping", "level": level})
 
         def wake_up(self, query: dict[str, list[str]], body: Any) -> None:
             tags = tuple(query.get("tags", []))

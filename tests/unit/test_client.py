@@ -81,6 +81,14 @@ def test_stream_counts_first_text_chunk_not_role_chunk(vllm_double: VllmDouble) 
         assert len(r.chunk_times_s) == 4
 
 
+def test_streams_reuse_one_connection(vllm_double: VllmDouble) -> None:
+    c = client_for(vllm_double)
+    c.models()
+    for _ in range(5):
+        stream_completion(c, "double-model", "hi", max_tokens=3)
+    assert vllm_double.counters.connections == 1
+
+
 def test_refused() -> None:
     c = Client(parse_target(f"127.0.0.1:{closed_port()}"))
     err = one_line_error(c.health)

@@ -9,6 +9,7 @@ Sleep drains first: vLLM's `/sleep` aborts or races requests in flight (vllm-pro
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,6 +87,49 @@ def _wait_sleeping(client: Client, want: bool, timeout: float, interval: float =
         time.sleep(interval)
 
 
+_SLEEP_FLAG = re.compile(r"enable_sleep_mode['\"]?\s*[:=]\s*(True|False|true|false)")
+_DEVICE = re.compile(
+    r"device(?:_config)?['\"]?\s*[:=]\s*['\"]?(cpu|cuda|rocm|xpu|tpu)", re.IGNORECASE
+)
+
+
+def sleep_facts(config: Any) -> tuple[bool | None, str | None]:
+    """(enable_sleep_mode, device) from `/server_info`'s vllm_config (dict, or str on old vLLM)."""
+    if isinstance(config, dict):
+        model = config.get("model_config")
+        device = config.get("device_config")
+        enabled = model.get("enable_sleep_mode") if isinstance(model, dict) else None
+        dev = device.get("device") if isinstance(device, dict) else None
+        return (enabled if isinstance(enabled, bool) else None), (str(dev) if dev else None)
+    if isinstance(config, str):
+        flag = _SLEEP_FLAG.search(config)
+        dev = _DEVICE.search(config)
+        return (
+            (flag.group(1).lower() == "true") if flag else None,
+            dev.group(1).lower() if dev else None,
+        )
+    return None, None
+
+
+def sleep_mode_problem(client: Client) -> str | None:
+    """Why this server cannot sleep, when `/server_info` says so; None when it can or does not
+    tell. (A server started without --enable-sleep-mode still answers /sleep with 200, and on
+    CPU it then only pauses: new requests hang until /wake_up.)"""
+    try:
+        info = client.server_info()
+    except WarmctlError as err:
+        if err.kind in ("dev_route", "not_found", "protocol", "bad_request", "generic", "timeout"):
+            return None
+        raise
+    enabled, device = sleep_facts(info.get("vllm_config"))
+    if enabled is not False:
+        return None
+    why = "sleep mode is not enabled on this server (started without --enable-sleep-mode"
+    if device == "cpu":
+        why += "; on CPU vLLM cannot sleep: /sleep would only pause it and hang new requests"
+    return why + ")"
+
+
 @dataclass
 class SleepReport:
     target: str
@@ -124,6 +168,11 @@ def sleep(
         report.already_asleep = True
         report.total_s = time.monotonic() - t0
         return report
+    problem = sleep_mode_problem(client)
+    if problem:
+        raise WarmctlError(
+            f"{client.target.label}: {problem}; not put to sleep", kind="unsupported"
+        )
     report.drain = drain(client, drain_timeout, poll_interval)
     report.steps.append(Step("drain", report.drain.seconds))
     if not report.drain.drained:

@@ -102,14 +102,17 @@ def stream_completion(
     t0 = time.monotonic()
     resp = client.check(client.send(prepared, stream=True, path=path), path)
     assert resp is not None
+    lines = resp.iter_lines(chunk_size=None, decode_unicode=False)
     try:
-        for raw in resp.iter_lines(chunk_size=None, decode_unicode=False):
+        for raw in lines:
             now = time.monotonic()
             line = raw.decode("utf-8", "replace").strip() if raw else ""
             if not line.startswith("data:"):
                 continue
             data = line[5:].strip()
             if data == "[DONE]":
+                for _ in lines:  # read the chunked terminator: the connection stays reusable
+                    pass
                 break
             try:
                 obj = json.loads(data)

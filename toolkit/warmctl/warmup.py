@@ -145,6 +145,22 @@ def _server_facts(client: Client) -> tuple[list[int] | None, int | None]:
     )
 
 
+def _refuse_if_asleep(client: Client) -> None:
+    """A sleeping vLLM holds new requests until woken: warming it would hang."""
+    try:
+        asleep = client.is_sleeping()
+    except WarmctlError as err:
+        if err.kind in ("dev_route", "not_found", "protocol"):
+            return
+        raise
+    if asleep:
+        raise WarmctlError(
+            f"{client.target.label}: the server is asleep; wake it with `warmctl wake` "
+            "(which also warms it)",
+            kind="asleep",
+        )
+
+
 def _is_no_chat_template(err: WarmctlError) -> bool:
     text = err.message.lower()
     return err.kind == "bad_request" and ("chat template" in text or "chat_template" in text)
@@ -219,6 +235,7 @@ def warmup(
         names = ", ".join(m["id"] for m in models)
         raise WarmctlError(f"{client.target.label}: model {model!r} not served (serves: {names})")
     report.model = str(chosen["id"])
+    _refuse_if_asleep(client)
     mml = chosen.get("max_model_len")
     report.max_model_len = mml if isinstance(mml, int) else None
     server_sizes, max_num_seqs = _server_facts(client)

@@ -1,0 +1,1 @@
+"""The test suite (a package so `tests.double`, the vLLM test double, imports everywhere)."""

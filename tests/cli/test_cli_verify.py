@@ -128,3 +128,18 @@ def test_bad_inventory_is_one_line(run, tmp_path: Path) -> None:
         result.stderr.startswith("warmctl: error: inventory") and "does not parse" in result.stderr
     )
     assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
+def test_host_put_to_sleep_during_verify_is_asleep(run, vllm_double: VllmDouble) -> None:
+    """A sleep timer that fires mid-measurement makes the host ASLEEP, not an error."""
+    import threading
+
+    vllm_double.config.ttft = 0.05
+    timer = threading.Timer(0.3, vllm_double.put_to_sleep, args=(1,))
+    timer.start()
+    try:
+        code, [r] = verify_json(run, vllm_double.address, "--steady", "20")
+    finally:
+        timer.cancel()
+    assert r["status"] == "ASLEEP" and code == 1
+    assert r["reasons"] == ["the server went to sleep during the measurement"]

@@ -126,3 +126,53 @@ def test_warmup_missing_prompt_file_contacts_nobody(run, vllm_double: VllmDouble
     assert result.exit_code == 2
     assert result.stderr == "warmctl: error: prompt file '/nonexistent/prompts.txt' not found\n"
     assert vllm_double.counters.requests == []
+
+
+def test_warmup_on_cpu_ignores_capture_sizes(run, vllm_double: VllmDouble) -> None:
+    vllm_double.config.device = "cpu"
+    vllm_double.config.capture_sizes = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    vllm_double.config.max_num_seqs = 8
+    report = warm_json(run, vllm_double.address, "--no-chat", "--max-tokens", "2")
+    assert report["batch_sizes"] == [1, 2, 4, 8] and report["batch_sizes_source"] == "default"
+
+
+def test_warmup_progress_on_a_terminal(vllm_double: VllmDouble) -> None:
+    """On a terminal, rich progress goes to stderr (the summary table still goes to stdout)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from warmctl.cli import main; main()",
+            "warmup",
+            vllm_double.address,
+            "--batch-sizes",
+            "1,2",
+            "--no-chat",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=env,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    out, _ = proc.communicate(timeout=60)
+    os.close(master)
+    seen = b"".join(chunks).decode("utf-8", "replace")
+    assert proc.returncode == 0
+    assert "ramp" in seen and "127.0.0.1" in seen  # the progress line named host and phase
+    assert b"PHASE" in out

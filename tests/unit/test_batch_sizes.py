@@ -40,3 +40,17 @@ def test_capture_sizes_from_config_forms() -> None:
     assert capture_sizes_from_config({"compilation_config": {}}) is None
     assert capture_sizes_from_config("no sizes here") is None
     assert capture_sizes_from_config(None) is None
+
+
+def test_device_and_sleep_flag_from_config() -> None:
+    from warmctl.client import device_from_config
+    from warmctl.sleepwake import sleep_facts
+
+    cfg = {"model_config": {"enable_sleep_mode": False}, "device_config": {"device": "cpu"}}
+    assert sleep_facts(cfg) == (False, "cpu")
+    assert sleep_facts({"model_config": {"enable_sleep_mode": True}}) == (True, None)
+    text = "model='m', enable_sleep_mode=True, device_config=cuda, seed=0"
+    assert sleep_facts(text) == (True, "cuda")
+    assert sleep_facts("nothing") == (None, None)
+    assert device_from_config({"device_config": {"device": "CUDA"}}) == "cuda"
+    assert device_from_config(None) is None

@@ -21,6 +21,9 @@ DEV_ROUTES = frozenset(
     {"/is_sleeping", "/sleep", "/wake_up", "/collective_rpc", "/reset_prefix_cache", "/server_info"}
 )
 SLEEP_ROUTES = frozenset({"/is_sleeping", "/sleep", "/wake_up", "/collective_rpc"})
+_DEVICE_TEXT = re.compile(
+    r"device(?:_config)?['\"]?\s*[:=]\s*['\"]?(cpu|cuda|rocm|xpu|tpu)", re.IGNORECASE
+)
 _CAPTURE_TEXT = re.compile(r"['\"]?cudagraph_capture_sizes['\"]?\s*[:=]\s*\[([0-9,\s]*)\]")
 
 
@@ -394,4 +397,16 @@ def capture_sizes_from_config(config: Any) -> list[int] | None:
         if match:
             sizes = [int(s) for s in match.group(1).replace(",", " ").split()]
             return sorted(set(sizes)) or None
+    return None
+
+
+def device_from_config(config: Any) -> str | None:
+    """`device_config.device` ("cuda", "cpu", ...) from a vllm_config dict or its str()."""
+    if isinstance(config, dict):
+        device = config.get("device_config")
+        value = device.get("device") if isinstance(device, dict) else device
+        return str(value).lower() if isinstance(value, str) and value else None
+    if isinstance(config, str):
+        match = _DEVICE_TEXT.search(config)
+        return match.group(1).lower() if match else None
     return None

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from warmctl.client import Client
+from warmctl.client import Client, device_from_config
 from warmctl.errors import WarmctlError
 from warmctl.warmup import WarmupReport, warmup
 
@@ -88,27 +88,19 @@ def _wait_sleeping(client: Client, want: bool, timeout: float, interval: float =
 
 
 _SLEEP_FLAG = re.compile(r"enable_sleep_mode['\"]?\s*[:=]\s*(True|False|true|false)")
-_DEVICE = re.compile(
-    r"device(?:_config)?['\"]?\s*[:=]\s*['\"]?(cpu|cuda|rocm|xpu|tpu)", re.IGNORECASE
-)
 
 
 def sleep_facts(config: Any) -> tuple[bool | None, str | None]:
     """(enable_sleep_mode, device) from `/server_info`'s vllm_config (dict, or str on old vLLM)."""
+    enabled: bool | None = None
     if isinstance(config, dict):
         model = config.get("model_config")
-        device = config.get("device_config")
-        enabled = model.get("enable_sleep_mode") if isinstance(model, dict) else None
-        dev = device.get("device") if isinstance(device, dict) else None
-        return (enabled if isinstance(enabled, bool) else None), (str(dev) if dev else None)
-    if isinstance(config, str):
-        flag = _SLEEP_FLAG.search(config)
-        dev = _DEVICE.search(config)
-        return (
-            (flag.group(1).lower() == "true") if flag else None,
-            dev.group(1).lower() if dev else None,
-        )
-    return None, None
+        flag = model.get("enable_sleep_mode") if isinstance(model, dict) else None
+        enabled = flag if isinstance(flag, bool) else None
+    elif isinstance(config, str):
+        match = _SLEEP_FLAG.search(config)
+        enabled = (match.group(1).lower() == "true") if match else None
+    return enabled, device_from_config(config)
 
 
 def sleep_mode_problem(client: Client) -> str | None:

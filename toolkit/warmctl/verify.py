@@ -200,7 +200,11 @@ def verify(
             )
     except WarmctlError as err:
         report.status, report.error = ERROR, err.message
-        if err.kind in ("server", "bad_request") and report.model and _asleep_now(client):
+        if (
+            err.kind in ("server", "bad_request", "timeout")
+            and report.model
+            and _asleep_now(client)
+        ):
             # put to sleep while we measured (a sleep timer fired): not an engine failure
             report.status, report.error = ASLEEP, None
             report.reasons = ["the server went to sleep during the measurement"]

@@ -130,19 +130,21 @@ def _config_int(config: Any, section: str, key: str) -> int | None:
 
 
 def _server_facts(client: Client) -> tuple[list[int] | None, int | None]:
-    """(captured batch sizes, max_num_seqs) from `/server_info` when dev mode is on."""
-    from warmctl.client import capture_sizes_from_config
+    """(captured batch sizes, max_num_seqs) from `/server_info` when dev mode is on. A CPU
+    server captures no CUDA graphs: its sizes are ignored (the defaults apply)."""
+    from warmctl.client import capture_sizes_from_config, device_from_config
 
     try:
         info = client.server_info()
     except WarmctlError as err:
-        if err.kind in ("dev_route", "not_found", "protocol", "bad_request", "generic"):
+        if err.kind in ("dev_route", "not_found", "protocol", "bad_request", "generic", "timeout"):
             return None, None
         raise
     config = info.get("vllm_config")
-    return capture_sizes_from_config(config), _config_int(
-        config, "scheduler_config", "max_num_seqs"
-    )
+    max_num_seqs = _config_int(config, "scheduler_config", "max_num_seqs")
+    if device_from_config(config) == "cpu":
+        return None, max_num_seqs
+    return capture_sizes_from_config(config), max_num_seqs
 
 
 def _refuse_if_asleep(client: Client) -> None:

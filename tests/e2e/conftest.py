@@ -131,7 +131,9 @@ def lab(lab_model: Path, lab_wheels: Any) -> Iterator[Lab]:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
 
-    if testhosts.booted_hosts():
+    # WARMCTL_E2E_KEEP_HOSTS=1 (for work on the roles): reuse booted hosts, leave them up
+    keep = os.environ.get("WARMCTL_E2E_KEEP_HOSTS") == "1"
+    if testhosts.booted_hosts() and not keep:
         pytest.fail("test hosts are already up; run `bash scripts/testhosts.sh down` first")
     t0 = time.monotonic()
     try:
@@ -141,9 +143,10 @@ def lab(lab_model: Path, lab_wheels: Any) -> Iterator[Lab]:
             window = testhosts.quiet_window()
             yield Lab(fleet, server.url, lab_model, work, window)
     finally:
-        t1 = time.monotonic()
-        testhosts.down()
-        record("tear down", time.monotonic() - t1)
+        if not keep:
+            t1 = time.monotonic()
+            testhosts.down()
+            record("tear down", time.monotonic() - t1)
 
 
 @pytest.fixture(scope="session")

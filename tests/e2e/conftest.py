@@ -13,16 +13,13 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import PlayRun, ansible_playbook
+from e2e_support import NOTES, TIMINGS, Lab, PlayRun, record
 
 HERE = Path(__file__).parent
-TIMINGS: list[tuple[str, float]] = []
-NOTES: list[str] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,60 +43,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(f"{'e2e total':<48} {total:7.1f} s")
     for note in NOTES:
         terminalreporter.write_line(note)
-
-
-def record(name: str, seconds: float) -> None:
-    TIMINGS.append((name, seconds))
-
-
-def note(line: str) -> None:
-    NOTES.append(line)
-    print(line)
-
-
-@dataclass
-class Lab:
-    """The booted fleet, the wheelhouse server and the model: what inventories are made of."""
-
-    fleet: Any
-    find_links: str
-    model: Path
-    dir: Path
-    window: dict[str, Any]
-
-    @property
-    def log(self) -> Path:
-        return self.dir / "commands.log"
-
-    def inventory(
-        self,
-        name: str,
-        *,
-        instance: dict[str, Any] | None = None,
-        group_vars: dict[str, Any] | None = None,
-        host_vars: dict[str, dict[str, Any]] | None = None,
-    ) -> Path:
-        """Write an inventory of the two hosts, one instance of the lab model each."""
-        from warmctl.lab import testhosts
-
-        data = testhosts.vllm_inventory(
-            self.fleet,
-            find_links=self.find_links,
-            instances=[self.instance(**(instance or {}))],
-            group_vars=group_vars,
-            host_vars=host_vars,
-        )
-        return testhosts.write_inventory(self.dir / f"{name}.yml", data)
-
-    def instance(self, **overrides: Any) -> dict[str, Any]:
-        from warmctl.lab import testhosts
-
-        return testhosts.lab_instance(self.model, windows=[self.window], **overrides)
-
-    def playbook(self, inventory: Path, *args: str, stage: str) -> PlayRun:
-        run = ansible_playbook(inventory, *args, log=self.log)
-        record(stage, run.seconds)
-        return run
 
 
 @pytest.fixture(scope="session")
@@ -156,7 +99,10 @@ def base_inventory(lab: Lab) -> Path:
 
 @pytest.fixture(scope="session")
 def first_deploy(lab: Lab, base_inventory: Path) -> PlayRun:
-    return lab.playbook(base_inventory, stage="1. first deploy (site.yml, 2 hosts)")
+    # both hosts in one batch: the installs overlap (check 7 covers the serial rollout)
+    return lab.playbook(
+        base_inventory, "-e", "vllm_rollout_serial=2", stage="1. first deploy (site.yml, 2 hosts)"
+    )
 
 
 @pytest.fixture

@@ -8,7 +8,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from warmctl.lab import testhosts
 from warmctl.lab.testhosts import Fleet, Host
 
 REPO = Path(__file__).resolve().parents[2]
@@ -16,6 +18,8 @@ BIN = Path(sys.executable).parent
 INSTANCE = "tiny"
 UNIT = f"vllm-{INSTANCE}.service"
 # a PLAY RECAP line: "wt1   : ok=12   changed=3    unreachable=0    failed=0 ..."
+TIMINGS: list[tuple[str, float]] = []
+NOTES: list[str] = []
 _RECAP = re.compile(r"^(\S+)\s+:\s+((?:[a-z]+=\d+\s*)+)$", re.MULTILINE)
 
 
@@ -115,3 +119,53 @@ def wait_active(fleet: Fleet, host: Host, unit: str = UNIT, timeout: float = 600
             raise AssertionError(f"{host.name}: {unit} failed:\n{journal.stdout}")
         time.sleep(0.5)
     raise AssertionError(f"{host.name}: {unit} not active after {timeout:.0f}s")
+
+
+def record(name: str, seconds: float) -> None:
+    TIMINGS.append((name, seconds))
+
+
+def note(line: str) -> None:
+    NOTES.append(line)
+    print(line)
+
+
+@dataclass
+class Lab:
+    """The booted fleet, the wheelhouse server and the model: what inventories are made of."""
+
+    fleet: Fleet
+    find_links: str
+    model: Path
+    dir: Path
+    window: dict[str, Any]
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "commands.log"
+
+    def inventory(
+        self,
+        name: str,
+        *,
+        instance: dict[str, Any] | None = None,
+        group_vars: dict[str, Any] | None = None,
+        host_vars: dict[str, dict[str, Any]] | None = None,
+    ) -> Path:
+        """Write an inventory of the two hosts, one instance of the lab model each."""
+        data = testhosts.vllm_inventory(
+            self.fleet,
+            find_links=self.find_links,
+            instances=[self.instance(**(instance or {}))],
+            group_vars=group_vars,
+            host_vars=host_vars,
+        )
+        return testhosts.write_inventory(self.dir / f"{name}.yml", data)
+
+    def instance(self, **overrides: Any) -> dict[str, Any]:
+        return testhosts.lab_instance(self.model, windows=[self.window], **overrides)
+
+    def playbook(self, inventory: Path, *args: str, stage: str) -> PlayRun:
+        run = ansible_playbook(inventory, *args, log=self.log)
+        record(stage, run.seconds)
+        return run

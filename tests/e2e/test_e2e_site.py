@@ -11,8 +11,7 @@ import datetime
 import time
 
 import pytest
-from conftest import Lab, note, record
-from e2e_support import UNIT, PlayRun, unit_show, wait_active, warmctl
+from e2e_support import UNIT, Lab, PlayRun, note, record, unit_show, wait_active, warmctl
 
 from warmctl.lab.testhosts import DEFAULT_PORT, Fleet, Host
 

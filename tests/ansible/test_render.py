@@ -3,6 +3,8 @@ identical text, the exact ExecStart/environment/timers, and systemd accepts them
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +12,7 @@ from typing import Any
 
 import pytest
 from tests.ansible.cases import GOOD
+from tests.ansible.conftest import run_playbook, write_inventory
 
 from warmctl.render import RenderError, render_instance
 from warmctl.unitfile import unit_values
@@ -239,3 +242,38 @@ def test_reconcile_script_is_valid_sh(rendered_by_ansible):
             ["sh", "-n", str(script)], capture_output=True, text=True, check=False
         )
         assert proc.returncode == 0, proc.stderr
+
+
+def test_prune_lists_files_of_removed_windows_and_instances(rendered_by_ansible, tmp_path):
+    """Drop a window and add a leftover instance: exactly their files are stale, and files
+    without the project's marker are never touched."""
+    source: Path = rendered_by_ansible["root"] / "gpu_sleep"
+    units, etc = tmp_path / "units", tmp_path / "etc"
+    shutil.copytree(source / "units", units)
+    shutil.copytree(source / "etc", etc)
+    (units / "vllm-gone.service").write_text("# Ansible managed\n# warmctl instance: gone\n")
+    (etc / "gone.env").write_text("# Ansible managed\n# warmctl instance: gone\n")
+    (units / "vllm-other.service").write_text("[Service]\nExecStart=/bin/true\n")
+    host = dict(rendered_by_ansible["hosts"]["gpu_sleep"])
+    instance = dict(host["vllm_service_instances"][0])
+    instance["windows"] = [w for w in instance["windows"] if w["name"] == "nights"]
+    host.update(
+        vllm_service_instances=[instance],
+        vllm_service_unit_dir=str(units),
+        vllm_service_config_dir=str(etc),
+    )
+    inventory = write_inventory(tmp_path / "inventory.json", {"gpu_sleep": host})
+    proc = run_playbook(
+        "tests/ansible/stale.yml", inventory, ANSIBLE_CALLBACK_RESULT_FORMAT="json"
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    message = json.loads(re.search(r'"msg": (".*STALE .*")', proc.stdout).group(1))
+    stale = sorted(Path(p).name for p in json.loads(message.split("STALE ", 1)[1]))
+    assert stale == [
+        "gone.env",
+        "vllm-gone.service",
+        "vllm-qwen-sleep-weekend.service",
+        "vllm-qwen-sleep-weekend.timer",
+        "vllm-qwen-wake-weekend.service",
+        "vllm-qwen-wake-weekend.timer",
+    ]

@@ -5,9 +5,10 @@ A  plain vLLM: `vllm serve MODEL` with vLLM's defaults, default cache dirs (unde
 B  the project's unit: argv and environment rendered by `warmctl.render` from `templates/`
    with the roles' defaults (every compile/JIT cache on the persistent cache dir, the default
    compilation config, sleep mode on a GPU), then the unit's ExecStartPost warmup.
-C  B with one lever changed; the default lever is the CUDA-graph capture-size policy
-   (`C_CAPTURE_SIZES`: every batch up to 512 tokens still runs in a graph, in 15 sizes
-   instead of vLLM's 51, so each restart captures a third as many graphs).
+C  B with levers changed: the CUDA-graph capture-size policy (`C_CAPTURE_SIZES`: every
+   batch up to 512 tokens still runs in a graph, in 15 sizes instead of vLLM's 51, so each
+   restart captures a third as many graphs), and optionally a KV cache sized to the workload
+   (`gpu_memory_utilization`), since a wake re-maps the whole KV cache.
 
 Every start gets a fresh TMPDIR (as systemd's PrivateTmp and a reboot do); each configuration
 keeps its own HOME and cache dir across its restarts (a service user's home persists)."""
@@ -80,6 +81,7 @@ class Config:
     title: str
     rendered: bool  # True: the project's unit; False: plain vLLM
     compilation_config: dict[str, Any] | None = None  # merged over the roles' default (C)
+    instance_extra: dict[str, Any] = field(default_factory=dict)  # more instance keys (C)
 
     def home(self, site: Site) -> Path:
         return site.workdir / self.key / "home"
@@ -122,6 +124,7 @@ class Config:
             inst["sleep"] = True
         if self.compilation_config:
             inst["compilation_config"] = dict(self.compilation_config)
+        inst.update(self.instance_extra)
         if site.extra_args:
             inst["extra_args"] = list(site.extra_args)
         if site.extra_env:
@@ -163,14 +166,19 @@ def render_for_bench(config: Config, site: Site) -> Any:
     return render_instance(config.instance(site), host=config.hostvars(site))
 
 
-def standard(c_capture_sizes: tuple[int, ...] = C_CAPTURE_SIZES) -> dict[str, Config]:
+def standard(
+    c_capture_sizes: tuple[int, ...] = C_CAPTURE_SIZES,
+    c_gpu_memory_utilization: float | None = None,
+) -> dict[str, Config]:
+    """A, B and C; C = B + the capture-size policy (+ a KV cache sized to the workload, when
+    `c_gpu_memory_utilization` is given: waking re-maps the whole KV cache)."""
+    extra: dict[str, Any] = {}
+    title = f"B + capture sizes {list(c_capture_sizes)}"
+    if c_gpu_memory_utilization is not None:
+        extra["gpu_memory_utilization"] = c_gpu_memory_utilization
+        title += f" + gpu_memory_utilization {c_gpu_memory_utilization:g}"
     return {
         "A": Config("A", "plain vLLM (defaults, default cache dirs, no warmup)", rendered=False),
         "B": Config("B", "project unit (pinned caches, default compilation, warmup)", True),
-        "C": Config(
-            "C",
-            f"B + capture sizes {list(c_capture_sizes)}",
-            True,
-            {"cudagraph_capture_sizes": list(c_capture_sizes)},
-        ),
+        "C": Config("C", title, True, {"cudagraph_capture_sizes": list(c_capture_sizes)}, extra),
     }

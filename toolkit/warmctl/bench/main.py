@@ -41,6 +41,8 @@ def run(
     extra_args: tuple[str, ...],
     extra_env: dict[str, str],
     c_capture_sizes: tuple[int, ...] | None,
+    c_gpu_memory_utilization: float | None,
+    idle_gap: float,
     budget: float | None,
     single_n: int,
     bursts_n: int,
@@ -75,7 +77,7 @@ def run(
         extra_args=extra_args,
         extra_env=extra_env,
     )
-    table = configs.standard(c_capture_sizes or configs.C_CAPTURE_SIZES)
+    table = configs.standard(c_capture_sizes or configs.C_CAPTURE_SIZES, c_gpu_memory_utilization)
     steps = parse_plan(plan, table)
     meta: dict[str, Any] = {
         "command": "warmctl bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else []),
@@ -87,7 +89,11 @@ def run(
         "model_config": _model_config(model_path),
         "plan": plan,
         "configs": {
-            k: {"title": c.title, "compilation_config": c.compilation_config}
+            k: {
+                "title": c.title,
+                "compilation_config": c.compilation_config,
+                "instance_extra": c.instance_extra,
+            }
             for k, c in table.items()
         },
         "knobs": {
@@ -95,6 +101,7 @@ def run(
             "bursts": bursts_n,
             "burst_width": burst_width,
             "decode_tokens": decode_tokens,
+            "idle_gap_s": idle_gap,
         },
     }
     knobs = Knobs(
@@ -103,6 +110,7 @@ def run(
         burst_width=burst_width,
         decode_tokens=decode_tokens,
         start_timeout_s=start_timeout,
+        idle_gap_s=idle_gap,
     )
     doc = Runner(site, steps, out, knobs, budget, echo_stderr, meta).run()
     print_report(doc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +33,9 @@ class Single:
     steady_ms: float  # median of the requests after the first
     samples_ms: list[float]
     prompt_tokens: int | None
+    # one more request after the server sat idle for `idle_gap_s`: what idleness alone costs
+    after_idle_ms: float | None = None
+    idle_gap_s: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -63,13 +67,22 @@ def _ms(s: Sample) -> float:
     return s.ttft_s * 1000.0
 
 
-def single(api: Api, counter: Counter, n: int = 11, max_tokens: int = 8) -> Single:
+def single(
+    api: Api, counter: Counter, n: int = 11, max_tokens: int = 8, idle_gap_s: float = 0.0
+) -> Single:
     """`n` sequential requests; the first is "the first user request". The connection is
-    opened first (as a load balancer's is), so no request pays a TCP handshake."""
+    opened first (as a load balancer's is), so no request pays a TCP handshake. With
+    `idle_gap_s`, one more request follows that long a pause (a warm server, only idle)."""
     api.connect()
     samples = [api.complete(prompt(counter.next()), max_tokens) for _ in range(n)]
     ms = [_ms(s) for s in samples]
-    return Single(ms[0], statistics.median(ms[1:]), ms, samples[0].prompt_tokens)
+    after_idle = None
+    if idle_gap_s > 0:
+        time.sleep(idle_gap_s)
+        after_idle = _ms(api.complete(prompt(counter.next()), max_tokens))
+    return Single(
+        ms[0], statistics.median(ms[1:]), ms, samples[0].prompt_tokens, after_idle, idle_gap_s
+    )
 
 
 class BurstPool:

@@ -101,7 +101,7 @@ class ServerProcess:
 
     def tail(self, n: int = 1) -> str:
         lines = [ln.text for ln in self.lines() if ln.text.strip()]
-        return " | ".join(lines[-n:])
+        return " | ".join(lines[-n:]) or "(no output)"
 
     def wait_ready(self, probe: Callable[[], bool], timeout: float, interval: float = 0.1) -> float:
         """Poll `probe` (True = ready) until it holds; returns seconds since start."""

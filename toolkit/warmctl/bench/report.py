@@ -25,7 +25,8 @@ def _ok(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def starts_table(doc: dict[str, Any]) -> Table:
-    t = Table(title="Starts (TTFT in ms; x = first / steady)", title_justify="left")
+    title = "Starts (TTFT in ms; x = first / steady; idle = one request after an idle pause)"
+    t = Table(title=title, title_justify="left")
     for col in (
         "start",
         "ready s",
@@ -33,6 +34,7 @@ def starts_table(doc: dict[str, Any]) -> Table:
         "1st",
         "steady",
         "x",
+        "idle",
         "burst 1st",
         "burst",
         "x",
@@ -45,7 +47,7 @@ def starts_table(doc: dict[str, Any]) -> Table:
         t.add_column(col, justify="left" if col == "start" else "right")
     for s in doc.get("steps", []):
         if "skipped" in s:
-            t.add_row(s["name"], f"skipped: {s['skipped']}", *[""] * 12)
+            t.add_row(s["name"], "skipped", *[""] * 13)
             continue
         one, b, d = s.get("single") or {}, s.get("bursts") or {}, s.get("decode") or {}
         mem = (s.get("gpu_serving") or {}).get("used_mib")
@@ -58,6 +60,7 @@ def starts_table(doc: dict[str, Any]) -> Table:
             _f(one.get("first_ms")),
             _f(one.get("steady_ms")),
             _f(one.get("ratio"), "{:.2f}"),
+            _f(one.get("after_idle_ms")),
             _f(b.get("first_mean_ms")),
             _f(b.get("steady_mean_ms")),
             _f(b.get("ratio"), "{:.2f}"),

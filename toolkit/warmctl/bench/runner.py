@@ -45,9 +45,10 @@ class Knobs:
 
     single_n: int = 11  # c = 1 requests: the first + 10 steady
     burst_width: int = 16
-    bursts_n: int = 5  # the first burst + 4 steady
+    bursts_n: int = 9  # the first burst + 8 steady (bursts are noisy: arrivals split steps)
     decode_tokens: int = 128
     decode_n: int = 3
+    idle_gap_s: float = 2.0  # c=1: one more request after this long idle
     start_timeout_s: float = 420.0
     warmup_timeout_s: float = 300.0
 
@@ -96,10 +97,11 @@ class Runner:
         self.out.mkdir(parents=True, exist_ok=True)
         for i, step in enumerate(self.steps):
             n = self.starts.get(step.config.key, 0)
-            self.starts[step.config.key] = n + 1
             state = "cold" if n == 0 else "restart"
             name = f"{i + 1}-{step.config.key}-{state}"
             skip = self._over_budget(state)
+            if not skip:  # a skipped start leaves nothing on disk: the next one is still cold
+                self.starts[step.config.key] = n + 1
             if skip:
                 self.echo(f"[bench] {name}: skipped ({skip})")
                 self._record(
@@ -171,7 +173,7 @@ class Runner:
                 self.doc["meta"]["vllm_version"] = api.client.version()
             rec["warmup"] = self._warmup(launch, server)
             marks["warm"] = rec["warm_s"] = round(server.elapsed(), 3)
-            single = measure.single(api, counter, k.single_n)
+            single = measure.single(api, counter, k.single_n, idle_gap_s=k.idle_gap_s)
             marks["single"] = server.elapsed()
             rec["single"] = dataclasses.asdict(single) | {"ratio": single.ratio}
             bursts = measure.bursts(api, counter, k.burst_width, k.bursts_n)

@@ -92,7 +92,20 @@ def _parse_sizes(text: str) -> tuple[int, ...]:
     show_default=True,
     help="c=1 requests per start (the first is 'the first user request').",
 )
-@click.option("--bursts", "bursts_n", type=int, default=5, show_default=True)
+@click.option(
+    "--c-gpu-memory-utilization",
+    type=float,
+    default=None,
+    help="C's gpu_memory_utilization (a KV cache sized to the workload wakes faster).",
+)
+@click.option(
+    "--idle-gap",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Seconds of idleness before one more c=1 request (0: skip).",
+)
+@click.option("--bursts", "bursts_n", type=int, default=9, show_default=True)
 @click.option("--burst-width", type=int, default=16, show_default=True)
 @click.option("--decode-tokens", type=int, default=128, show_default=True)
 @click.option("--start-timeout", type=float, default=420.0, show_default=True)
@@ -114,6 +127,8 @@ def command(
     args: tuple[str, ...],
     envs: tuple[str, ...],
     c_capture_sizes: str | None,
+    c_gpu_memory_utilization: float | None,
+    idle_gap: float,
     budget: float | None,
     single_n: int,
     bursts_n: int,
@@ -147,6 +162,8 @@ def command(
             extra_args=args,
             extra_env=_parse_env(envs),
             c_capture_sizes=_parse_sizes(c_capture_sizes) if c_capture_sizes else None,
+            c_gpu_memory_utilization=c_gpu_memory_utilization,
+            idle_gap=idle_gap,
             budget=budget,
             single_n=single_n,
             bursts_n=bursts_n,

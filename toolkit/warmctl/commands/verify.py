@@ -139,7 +139,7 @@ def command(
                     ms(r.steady_p90_s),
                     ratio,
                     "-" if decode is None else f"{decode:.2f}",
-                    "; ".join(r.reasons) if r.reasons else (r.error or ""),
+                    "; ".join(r.reasons) if r.reasons else _without_label(r.error, r.target),
                 ]
             )
         console().print(
@@ -162,3 +162,10 @@ def command(
         return code
 
     guard(body)
+
+
+def _without_label(message: str | None, label: str) -> str:
+    """The HOST column already names the host."""
+    if not message:
+        return ""
+    return message.removeprefix(f"{label}: ")

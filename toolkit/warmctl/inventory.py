@@ -3,7 +3,7 @@ plugin ansible-playbook accepts, group_vars/host_vars beside it included).
 
 Per host: the address is `vllm_verify_address`, else `ansible_host`, else the inventory name.
 Ports: one target per item of `vllm_service_instances` (the roles' list of dicts with `name` and
-`port`, port 8000 when unset), else `warmctl_port`, else the default port.
+`port`; unset: `vllm_service_port`, else 8000), else `warmctl_port`, else the default port.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from warmctl.target import DEFAULT_PORT, Target, parse_target
 
 INSTANCES_VAR = "vllm_service_instances"
 PORT_VAR = "warmctl_port"
+SERVICE_PORT_VAR = "vllm_service_port"  # the roles' default port of an instance
 ADDRESS_VAR = "vllm_verify_address"  # the roles' override of the address to check
 _PLUGIN_FAIL = re.compile(r"Failed to parse inventory with '(\w+)' plugin: ([^\n]+)")
 
@@ -73,7 +74,7 @@ def _template(loader: Any, hv: dict[str, Any]) -> dict[str, Any]:
 
     templar = Templar(loader=loader, variables=hv)
     out: dict[str, Any] = {}
-    for key in (ADDRESS_VAR, "ansible_host", PORT_VAR, INSTANCES_VAR):
+    for key in (ADDRESS_VAR, "ansible_host", PORT_VAR, INSTANCES_VAR, SERVICE_PORT_VAR):
         if key in hv:
             out[key] = templar.template(hv[key])
     return out
@@ -99,10 +100,11 @@ def targets_for_host(
         if not isinstance(instances, list):
             raise WarmctlError(f"{name}: {INSTANCES_VAR} must be a list", kind="input")
         targets = []
+        base_port = hv.get(SERVICE_PORT_VAR, default_port)
         for i, inst in enumerate(instances):
             if not isinstance(inst, dict):
                 raise WarmctlError(f"{name}: {INSTANCES_VAR}[{i}] is not a dict", kind="input")
-            port = _port(inst.get("port", DEFAULT_PORT), f"{name} {INSTANCES_VAR}[{i}]")
+            port = _port(inst.get("port", base_port), f"{name} {INSTANCES_VAR}[{i}]")
             base = parse_target(address, default_port=port)
             targets.append(base.with_name(f"{name}/{inst.get('name', i)}"))
         return targets

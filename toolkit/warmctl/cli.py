@@ -51,7 +51,12 @@ def _module_exists(mod: str) -> bool:
 def cli() -> None:
     """Deploy, warm, sleep, wake and verify vLLM servers.
 
-    HOST is HOST[:PORT] (default port 8000) or a URL such as https://llm-1:8443.
+    HOST is HOST[:PORT] (default port 8000), [IPv6]:PORT, or a URL such as
+    https://llm-1:8443 (a URL without a port means 80/443). The server commands take
+    --api-key (or VLLM_API_KEY), --timeout and --json (machine output with the raw samples).
+
+    Exit status: 0 success; 1 verify found a host failing or asleep; 2 error (unreachable,
+    HTTP failure, bad input), reported as one line on stderr.
     """
 
 

@@ -20,7 +20,6 @@ DEFAULT_TIMEOUT = 30.0
 DEV_ROUTES = frozenset(
     {"/is_sleeping", "/sleep", "/wake_up", "/collective_rpc", "/reset_prefix_cache", "/server_info"}
 )
-SLEEP_ROUTES = frozenset({"/is_sleeping", "/sleep", "/wake_up", "/collective_rpc"})
 _DEVICE_TEXT = re.compile(
     r"device(?:_config)?['\"]?\s*[:=]\s*['\"]?(cpu|cuda|rocm|xpu|tpu)", re.IGNORECASE
 )

@@ -160,5 +160,9 @@ def test_wake_when_awake_only_warms(run, vllm_double: VllmDouble) -> None:
     result = run("wake", vllm_double.address, "--batch-sizes", "1", "--no-chat")
     assert result.exit_code == 0 and "already awake" in result.stdout
     assert vllm_double.counters.wakes == [] and vllm_double.counters.generations > 0
+    n = vllm_double.counters.generations
+    assert (
+        f"warmed with {n} requests" in result.stdout and "batch sizes 1, chat no" in result.stdout
+    )
     quiet = run("wake", vllm_double.address, "--no-warmup")
     assert quiet.exit_code == 0 and "nothing to do" in quiet.stdout

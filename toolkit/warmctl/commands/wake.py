@@ -76,6 +76,13 @@ def command(
                 out.print(f"{r.target}: already awake ({steps})")
             else:
                 out.print(f"{r.target}: awake after level {r.level} ({r.level_source}): {steps}")
+            if r.warmup:
+                w = r.warmup
+                out.print(
+                    f"{r.target}: warmed with {w.requests} requests in {w.total_s:.1f} s "
+                    f"(batch sizes {','.join(map(str, w.batch_sizes))}, chat "
+                    f"{'yes' if w.chat else 'no'})"
+                )
         if as_json:
             emit_json("wake", dicts, code)
         return code

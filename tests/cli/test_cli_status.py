@@ -57,3 +57,18 @@ def test_status_engine_dead(run, vllm_double: VllmDouble) -> None:
     result = run("status", vllm_double.address)
     assert result.exit_code == 2
     assert "engine dead" in result.stderr
+
+
+def test_status_from_inventory(run, vllm_double_factory, tmp_path) -> None:
+    a = vllm_double_factory()
+    b = vllm_double_factory(dev_mode=False)
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(
+        f"[vllm]\nllm-a ansible_host=127.0.0.1 warmctl_port={a.port}\n"
+        f"llm-b ansible_host=127.0.0.1 warmctl_port={b.port}\n"
+    )
+    result = run("status", "--inventory", str(inv), "--json")
+    assert result.exit_code == 0, result.output
+    reports = {r["target"]: r for r in json.loads(result.stdout)["results"]}
+    assert reports[f"llm-a:{a.port}"]["sleep"] == "awake"
+    assert reports[f"llm-b:{b.port}"]["sleep"] == "unknown (dev mode off)"

@@ -36,3 +36,14 @@ def test_decode_ms_per_token_uses_first_to_last_text_chunk() -> None:
     d = r.to_dict()
     assert d["decode_ms_per_token"] == pytest.approx(10.0)
     assert d["chunk_times_s"] == [0.1, 0.11, 0.12, 0.13, 0.14]
+
+
+def test_chunk_text_reads_completion_chat_and_reasoning_deltas() -> None:
+    from warmctl.stream import _chunk_text
+
+    assert _chunk_text({"choices": [{"text": " a"}]}, chat=False) == " a"
+    assert _chunk_text({"choices": [{"delta": {"role": "assistant", "content": ""}}]}, True) == ""
+    assert _chunk_text({"choices": [{"delta": {"content": "b"}}]}, chat=True) == "b"
+    # reasoning models stream their thinking first: it is the first token too
+    assert _chunk_text({"choices": [{"delta": {"reasoning_content": "hm"}}]}, chat=True) == "hm"
+    assert _chunk_text({"choices": [], "usage": {"completion_tokens": 3}}, chat=False) == ""

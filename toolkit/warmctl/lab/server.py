@@ -97,6 +97,7 @@ class VllmServer:
         self.log_path = log_path or cache_root() / "logs" / f"vllm-{self.port}.log"
         self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen[bytes] | None = None
+        self.pgid: int | None = None  # kept after stop(), so callers can check nothing is left
         self.startup_s: float | None = None
 
     @property
@@ -140,6 +141,7 @@ class VllmServer:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,  # only a prctl: safe between fork and exec
             )
+        self.pgid = self.proc.pid
         atexit.register(self.stop)
         log(f"vLLM starting on {self.url} (pid {self.proc.pid}, log: {self.log_path})")
         try:

@@ -1,0 +1,33 @@
+"""Helpers the integration tests share (the conftest holds the fixtures)."""
+
+from __future__ import annotations
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from warmctl.lab.server import VllmServer
+
+SERVED_NAME = "tiny"
+
+
+def is_sleeping(server: VllmServer) -> bool:
+    resp = requests.get(f"{server.url}/is_sleeping", timeout=10)
+    resp.raise_for_status()
+    return bool(resp.json()["is_sleeping"])
+
+
+def ttft_histogram(server: VllmServer) -> tuple[float, float]:
+    """(sum, count) of vllm:time_to_first_token_seconds for our model, from /metrics."""
+    text = requests.get(f"{server.url}/metrics", timeout=10).text
+    total = count = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name != "vllm:time_to_first_token_seconds":
+            continue
+        for sample in family.samples:
+            if sample.labels.get("model_name") != SERVED_NAME:
+                continue
+            if sample.name.endswith("_sum"):
+                total += sample.value
+            elif sample.name.endswith("_count"):
+                count += sample.value
+    return total, count

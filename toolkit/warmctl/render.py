@@ -137,7 +137,7 @@ def _resolve(variables: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, str) and "{{" in value:
                 try:
                     rendered = env.from_string(value).render(variables)
-                except jinja2.UndefinedError:
+                except jinja2.TemplateError:  # needs Ansible-only facts/filters: not ours
                     continue
                 if rendered != value:
                     variables[key], changed = rendered, True

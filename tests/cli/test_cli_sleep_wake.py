@@ -161,8 +161,26 @@ def test_wake_when_awake_only_warms(run, vllm_double: VllmDouble) -> None:
     assert result.exit_code == 0 and "already awake" in result.stdout
     assert vllm_double.counters.wakes == [] and vllm_double.counters.generations > 0
     n = vllm_double.counters.generations
-    assert (
-        f"warmed with {n} requests" in result.stdout and "batch sizes 1, chat no" in result.stdout
-    )
+    assert f"warmed (full) with {n} requests" in result.stdout
+    assert "batch sizes 1, chat no" in result.stdout
     quiet = run("wake", vllm_double.address, "--no-warmup")
     assert quiet.exit_code == 0 and "nothing to do" in quiet.stdout
+
+
+def test_wake_warmup_is_light_by_default(run, vllm_double: VllmDouble) -> None:
+    """After a wake the kernels and graphs are still there: one request per route suffices."""
+    vllm_double.config.ttft = 0.05
+    vllm_double.put_to_sleep(1)
+    result = run("wake", vllm_double.address, "--json")
+    assert result.exit_code == 0, result.output
+    [report] = json.loads(result.stdout)["results"]
+    warm = report["warmup"]
+    assert warm["mode"] == "light" and warm["batch_sizes"] == []
+    assert [p["name"] for p in warm["phases"]] == ["ready", "prompts", "chat"]
+    c = vllm_double.counters
+    assert c.generations == 2 and c.chat_generations == 1 and c.max_in_flight == 1
+    vllm_double.put_to_sleep(1)
+    full = run("wake", vllm_double.address, "--full-warmup", "--json")
+    [report] = json.loads(full.stdout)["results"]
+    assert report["warmup"]["mode"] == "full" and report["warmup"]["batch_sizes"] == [1, 2, 4, 8]
+    assert vllm_double.counters.max_in_flight == 8

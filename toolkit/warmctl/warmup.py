@@ -52,6 +52,7 @@ class Phase:
 @dataclass
 class WarmupReport:
     target: str
+    mode: str = "full"  # "full" or "light" (one request per route, no ramp)
     model: str = ""
     max_model_len: int | None = None
     prompt_source: str = ""
@@ -73,6 +74,7 @@ class WarmupReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
+            "mode": self.mode,
             "model": self.model,
             "max_model_len": self.max_model_len,
             "prompt_source": self.prompt_source,
@@ -204,13 +206,16 @@ def warmup(
     ready_timeout: float = 600.0,
     model: str | None = None,
     progress: Progress | None = None,
+    light: bool = False,
 ) -> WarmupReport:
     """Warm one server; raises `WarmctlError` if it is not ready or any request fails.
 
     `prompts`: None -> `WARMCTL_PROMPTS` / `VLLM_PREWARM_PROMPT` / defaults sized to the model.
     `chat`: None -> try the chat route and skip it if the model has no chat template.
+    `light`: one short request per route, no ramp (after a wake the server's kernels and CUDA
+    graphs are still loaded: a full ramp costs seconds and buys nothing measurable).
     """
-    report = WarmupReport(target=client.target.label)
+    report = WarmupReport(target=client.target.label, mode="light" if light else "full")
     started = time.monotonic()
     lock = threading.Lock()
 
@@ -240,10 +245,13 @@ def warmup(
     _refuse_if_asleep(client)
     mml = chosen.get("max_model_len")
     report.max_model_len = mml if isinstance(mml, int) else None
-    server_sizes, max_num_seqs = _server_facts(client)
-    report.batch_sizes, report.batch_sizes_source = choose_batch_sizes(
-        batch_sizes, server_sizes, max_num_seqs, max_batch
-    )
+    if light:
+        report.batch_sizes, report.batch_sizes_source = [], "light: no ramp"
+    else:
+        server_sizes, max_num_seqs = _server_facts(client)
+        report.batch_sizes, report.batch_sizes_source = choose_batch_sizes(
+            batch_sizes, server_sizes, max_num_seqs, max_batch
+        )
     phase.seconds = time.monotonic() - t0
     phase.note = f"model {report.model}"
     report.phases.append(phase)
@@ -251,6 +259,8 @@ def warmup(
     prompt_set = prompts or resolve_prompts(
         max_model_len=report.max_model_len, max_tokens=max_tokens
     )
+    if light:
+        prompt_set = PromptSet(prompt_set.prompts[:1], prompt_set.source)
     report.prompt_source, report.prompts = prompt_set.source, len(prompt_set.prompts)
 
     # 2. each prompt once, one at a time (first compile of each prefill shape)
@@ -264,16 +274,17 @@ def warmup(
     report.phases.append(phase)
 
     # 3. concurrency ramp over the batch sizes
-    phase = Phase("ramp", note="batch sizes " + ",".join(map(str, report.batch_sizes)))
-    t0 = time.monotonic()
-    tick = make_tick("ramp", sum(report.batch_sizes))
-    for size in report.batch_sizes:
-        for result in _burst(
-            client, report.model, prompt_set.prompts, size, max_tokens, False, tick, "warm"
-        ):
-            phase.add(result)
-    phase.seconds = time.monotonic() - t0
-    report.phases.append(phase)
+    if report.batch_sizes:
+        phase = Phase("ramp", note="batch sizes " + ",".join(map(str, report.batch_sizes)))
+        t0 = time.monotonic()
+        tick = make_tick("ramp", sum(report.batch_sizes))
+        for size in report.batch_sizes:
+            for result in _burst(
+                client, report.model, prompt_set.prompts, size, max_tokens, False, tick, "warm"
+            ):
+                phase.add(result)
+        phase.seconds = time.monotonic() - t0
+        report.phases.append(phase)
 
     # 4. chat route (its own template rendering and detokenizer paths)
     if chat is not False:

@@ -19,6 +19,12 @@ from warmctl.warmup_cli import warmup_kwargs, warmup_options
     "(vllm:engine_sleep_state), else the level-2 path, which is correct after either level.",
 )
 @click.option("--no-warmup", is_flag=True, help="Do not warm the server after waking it.")
+@click.option(
+    "--full-warmup",
+    is_flag=True,
+    help="Run the whole warmup (the ramp over the batch sizes). Default after a wake: one "
+    "short request per route, since the server kept its compiled kernels and CUDA graphs.",
+)
 @warmup_options
 def command(
     hosts: tuple[str, ...],
@@ -27,14 +33,17 @@ def command(
     as_json: bool,
     level: str,
     no_warmup: bool,
+    full_warmup: bool,
     **options: object,
 ) -> None:
     """Wake a sleeping server (reloading weights after level 2), then warm it.
 
     Level 1: POST /wake_up. Level 2: POST /wake_up?tags=weights, POST /collective_rpc
     {"method": "reload_weights"}, POST /wake_up?tags=kv_cache, POST /reset_prefix_cache.
-    Then /is_sleeping must say false, and the warmup runs (see `warmctl warmup --help`) so the
-    first user request after a wake is fast. Already awake: only the warmup runs.
+    Then /is_sleeping must say false, and a warmup runs so the first user request after a wake
+    is fast: one short streamed request per route (completions, and chat when the model has a
+    template), or with --full-warmup (implied by --batch-sizes) the whole `warmctl warmup`.
+    Already awake: only the warmup runs.
 
     Exit status: 0 awake (and warm), 2 on any error.
     """
@@ -46,6 +55,7 @@ def command(
         from warmctl.warmup_cli import progress_display
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
+        kwargs["light"] = not (full_warmup or "batch_sizes" in kwargs)
         targets = resolve_targets(hosts)
         wanted = None if level == "auto" else int(level)
         with progress_display(not as_json and not no_warmup) as make:
@@ -78,10 +88,10 @@ def command(
                 out.print(f"{r.target}: awake after level {r.level} ({r.level_source}): {steps}")
             if r.warmup:
                 w = r.warmup
+                ramp = ",".join(map(str, w.batch_sizes)) or "none"
                 out.print(
-                    f"{r.target}: warmed with {w.requests} requests in {w.total_s:.1f} s "
-                    f"(batch sizes {','.join(map(str, w.batch_sizes))}, chat "
-                    f"{'yes' if w.chat else 'no'})"
+                    f"{r.target}: warmed ({w.mode}) with {w.requests} requests in "
+                    f"{w.total_s:.1f} s (batch sizes {ramp}, chat {'yes' if w.chat else 'no'})"
                 )
         if as_json:
             emit_json("wake", dicts, code)

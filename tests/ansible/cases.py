@@ -17,6 +17,7 @@ GOOD: dict[str, dict[str, Any]] = {
     "gpu_sleep": {
         "vllm_preflight_device_kind": "gpu",
         "vllm_service_compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE"},
+        "vllm_schedule_wake_args": ["--no-warmup"],
         "vllm_service_instances": [
             {
                 "name": "qwen",
@@ -34,6 +35,7 @@ GOOD: dict[str, dict[str, Any]] = {
     },
     "gpu_nosleep": {
         "vllm_preflight_device_kind": "gpu",
+        "vllm_service_gpu_compilation_config": {},  # capture sizes unset: vLLM's own default
         "vllm_service_instances": [
             {"name": "plain", "model": "/srv/models/plain", "port": 8100, "gpus": [0]}
         ],

@@ -56,16 +56,16 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         "/srv/models/qwen3-0.6b", "--host", "0.0.0.0", "--port", "8000",
         "--served-model-name", "qwen", "--tensor-parallel-size", "2", "--max-num-seqs", "64",
         "--gpu-memory-utilization", "0.85", "--compilation-config",
-        '{"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": '
-        "[1, 2, 4, 8, 16, 32, 64, 128]}",
+        '{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128], '
+        '"cudagraph_mode": "FULL_AND_PIECEWISE"}',
         "--enable-sleep-mode",
     ]  # fmt: skip
     assert unit_values(r.unit_text, "Service", "ExecStart") == [
         "/opt/vllm/venv/bin/python -m vllm.entrypoints.cli.main serve /srv/models/qwen3-0.6b "
         "--host 0.0.0.0 --port 8000 --served-model-name qwen --tensor-parallel-size 2 "
         "--max-num-seqs 64 --gpu-memory-utilization 0.85 --compilation-config "
-        '\'{"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": '
-        "[1, 2, 4, 8, 16, 32, 64, 128]}' --enable-sleep-mode"
+        '\'{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128], '
+        '"cudagraph_mode": "FULL_AND_PIECEWISE"}\' --enable-sleep-mode'
     ]
     assert r.warmup_argv == ["/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:8000"]
     assert r.env == {
@@ -110,7 +110,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     ]
     wake_svc = r.files[f"{units}/vllm-qwen-wake-nights.service"]
     assert unit_values(wake_svc, "Service", "ExecStart") == [
-        "/opt/warmctl/bin/warmctl wake 127.0.0.1:8000"
+        "/opt/warmctl/bin/warmctl wake 127.0.0.1:8000 --no-warmup"
     ]
     assert unit_values(wake_svc, "Service", "User") == ["vllm"]
     script = r.files["/etc/vllm/qwen-window.sh"]
@@ -121,7 +121,8 @@ def test_gpu_sleep_exact_unit_env_and_timers():
 
 
 def test_gpu_without_sleep_has_no_dev_mode_and_no_compilation_config():
-    r = render_instance(GOOD["gpu_nosleep"]["vllm_service_instances"][0], {})
+    instance = GOOD["gpu_nosleep"]["vllm_service_instances"][0]
+    r = render_instance(instance, host_vars(GOOD, "gpu_nosleep"))
     assert "--enable-sleep-mode" not in r.argv and "VLLM_SERVER_DEV_MODE" not in r.env
     assert "--compilation-config" not in r.argv  # capture sizes unset: vLLM's own default
     assert r.argv[-4:] == ["--host", "0.0.0.0", "--port", "8100"]
@@ -180,8 +181,12 @@ def test_two_instances_on_one_host():
         "--max-batch", "4",
     ]  # fmt: skip
     assert "'hello world'" in unit_values(chat.unit_text, "Service", "ExecStartPost")[0]
+    sizes = "[1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]"
+    assert chat.argv[chat.argv.index("--compilation-config") + 1] == (
+        f'{{"cudagraph_capture_sizes": {sizes}}}'  # the GPU default
+    )
     assert coder.argv[coder.argv.index("--compilation-config") + 1] == (
-        '{"cudagraph_mode": "PIECEWISE"}'
+        f'{{"cudagraph_capture_sizes": {sizes}, "cudagraph_mode": "PIECEWISE"}}'
     )
     assert chat.env["CUDA_VISIBLE_DEVICES"] == "0" and coder.env["CUDA_VISIBLE_DEVICES"] == "1"
     assert chat.sleep and not coder.sleep
@@ -263,9 +268,7 @@ def test_prune_lists_files_of_removed_windows_and_instances(rendered_by_ansible,
         vllm_service_config_dir=str(etc),
     )
     inventory = write_inventory(tmp_path / "inventory.json", {"gpu_sleep": host})
-    proc = run_playbook(
-        "tests/ansible/stale.yml", inventory, ANSIBLE_CALLBACK_RESULT_FORMAT="json"
-    )
+    proc = run_playbook("tests/ansible/stale.yml", inventory, ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     assert proc.returncode == 0, proc.stdout[-3000:]
     message = json.loads(re.search(r'"msg": (".*STALE .*")', proc.stdout).group(1))
     stale = sorted(Path(p).name for p in json.loads(message.split("STALE ", 1)[1]))

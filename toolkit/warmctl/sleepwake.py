@@ -264,7 +264,9 @@ def wake(
     if run_warmup:
         if on_step:
             on_step("warmup")
-        report.warmup = warmup(client, **(warmup_options or {}))
+        # light by default: a woken server kept its kernels and graphs (H200: a full ramp
+        # after a wake cost 1.7-2.9 s and changed nothing); warmup_options={"light": False}
+        report.warmup = warmup(client, **{"light": True, **(warmup_options or {})})
         report.steps.append(Step("warmup", report.warmup.total_s))
     report.total_s = time.monotonic() - t0
     return report

@@ -114,7 +114,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     ]
     assert unit_values(wake_svc, "Service", "User") == ["vllm"]
     script = r.files["/etc/vllm/qwen-window.sh"]
-    assert 'calendar --in-window "$1" "$2"' in script
+    assert 'calendar --in-window "$1" "$2" >/dev/null' in script
     assert "if inside '0 20 * * 1-5' '30 7 * * 1-5'; then" in script
     assert "exec /usr/bin/systemctl start vllm-qwen-sleep-weekend.service" in script
     assert script.rstrip().endswith("exec /usr/bin/systemctl start vllm-qwen-wake-nights.service")
@@ -279,4 +279,46 @@ def test_prune_lists_files_of_removed_windows_and_instances(rendered_by_ansible,
         "vllm-qwen-sleep-weekend.timer",
         "vllm-qwen-wake-weekend.service",
         "vllm-qwen-wake-weekend.timer",
+    ]
+
+
+def _run_reconcile(tmp_path: Path, windows: list[dict]) -> str:
+    """Render the boot-time script with the real warmctl and a recording systemctl; run it."""
+    import sys
+
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text('#!/bin/sh\necho "systemctl $*"\n')
+    systemctl.chmod(0o755)
+    host = {
+        "vllm_install_warmctl_venv": str(Path(sys.executable).parent.parent),
+        "vllm_schedule_systemctl": str(systemctl),
+    }
+    r = render_instance({"name": "m", "model": "/m", "windows": windows}, host)
+    script = tmp_path / "m-window.sh"
+    script.write_text(r.files["/etc/vllm/m-window.sh"])
+    proc = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_boot_reconcile_picks_the_window_we_are_in(tmp_path):
+    import datetime as dt
+
+    now = dt.datetime.now()
+
+    def cron(minutes: int) -> str:
+        t = now + dt.timedelta(minutes=minutes)
+        return f"{t.minute} {t.hour} * * *"
+
+    inside = {"name": "now", "sleep": cron(-90), "wake": cron(90)}
+    later = {"name": "later", "sleep": cron(120), "wake": cron(180)}
+    out = _run_reconcile(tmp_path, [later, inside])
+    assert out.splitlines() == [
+        "inside window now: asleep",
+        "systemctl start vllm-m-sleep-now.service",
+    ]
+    out = _run_reconcile(tmp_path, [later])
+    assert out.splitlines() == [
+        "outside every sleep window: awake",
+        "systemctl start vllm-m-wake-later.service",
     ]

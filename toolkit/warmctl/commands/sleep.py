@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.target import Target
 
 
 @click.command(name="sleep")
@@ -26,6 +27,20 @@ from warmctl.options import guard, host_options, per_host, resolve_targets
     help="Seconds to wait for in-flight requests to finish; past it, the server is NOT put "
     "to sleep.",
 )
+@click.option(
+    "--gate",
+    "gate_path",
+    metavar="FILE",
+    help="The instance's proxy gate flag (one HOST): created before the drain, so the proxy "
+    "answers new requests 503 + Retry-After while in-flight ones finish; put back if the "
+    "sleep fails.",
+)
+@click.option(
+    "--drain-only",
+    is_flag=True,
+    help="Close the gate and drain, but do not POST /sleep (servers that cannot sleep, e.g. "
+    "on CPU: stop the unit afterwards).",
+)
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -33,6 +48,8 @@ def command(
     as_json: bool,
     level: int,
     drain_timeout: float,
+    gate_path: str | None,
+    drain_only: bool,
 ) -> None:
     """Drain in-flight requests, then put a server to sleep.
 
@@ -46,18 +63,26 @@ def command(
 
     def body() -> int:
         from warmctl.client import Client
+        from warmctl.gate import behind_closed_gate, drain_only_report, gate_for
         from warmctl.output import console, emit_json, error_line
         from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, SleepReport, sleep
 
         targets = resolve_targets(hosts)
-        results = per_host(
-            targets,
-            lambda t: sleep(
-                Client(t, api_key, timeout),
+        gate = gate_for(gate_path, targets)
+
+        def one(t: Target) -> SleepReport:
+            client = Client(t, api_key, timeout)
+            if drain_only:
+                return drain_only_report(client, drain_timeout)
+            return sleep(
+                client,
                 level=level,
                 drain_timeout=drain_timeout,
                 op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
-            ),
+            )
+
+        results = per_host(
+            targets, lambda t: behind_closed_gate(gate, lambda: one(t)) if gate else one(t)
         )
         code = 0
         out = console()
@@ -71,7 +96,9 @@ def command(
             dicts.append(r.to_dict())
             if as_json:
                 continue
-            if r.already_asleep:
+            if drain_only:
+                out.print(f"{r.target}: drained in {r.total_s:.2f} s, gate closed")
+            elif r.already_asleep:
                 out.print(f"{r.target}: already asleep, nothing to do")
             else:
                 steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps)

@@ -25,6 +25,13 @@ from warmctl.warmup_cli import warmup_kwargs, warmup_options
     help="Run the whole warmup (the ramp over the batch sizes). Default after a wake: one "
     "short request per route, since the server kept its compiled kernels and CUDA graphs.",
 )
+@click.option(
+    "--gate",
+    "gate_path",
+    metavar="FILE",
+    help="The instance's proxy gate flag (one HOST): removed once the server is awake and "
+    "warm, so the proxy passes requests again.",
+)
 @warmup_options
 def command(
     hosts: tuple[str, ...],
@@ -34,6 +41,7 @@ def command(
     level: str,
     no_warmup: bool,
     full_warmup: bool,
+    gate_path: str | None,
     **options: object,
 ) -> None:
     """Wake a sleeping server (reloading weights after level 2), then warm it.
@@ -56,17 +64,23 @@ def command(
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
         kwargs["light"] = not (full_warmup or "batch_sizes" in kwargs)
+        from warmctl.gate import gate_for, open_after
+
         targets = resolve_targets(hosts)
+        gate = gate_for(gate_path, targets)
         wanted = None if level == "auto" else int(level)
         with progress_display(not as_json and not no_warmup) as make:
             results = per_host(
                 targets,
-                lambda t: wake(
-                    Client(t, api_key, timeout),
-                    level=wanted,
-                    run_warmup=not no_warmup,
-                    warmup_options={**kwargs, "progress": make(t.label)},
-                    op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
+                lambda t: open_after(
+                    gate,
+                    lambda: wake(
+                        Client(t, api_key, timeout),
+                        level=wanted,
+                        run_warmup=not no_warmup,
+                        warmup_options={**kwargs, "progress": make(t.label)},
+                        op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
+                    ),
                 ),
             )
         code = 0

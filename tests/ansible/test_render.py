@@ -67,7 +67,9 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         '\'{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128], '
         '"cudagraph_mode": "FULL_AND_PIECEWISE"}\' --enable-sleep-mode'
     ]
-    assert r.warmup_argv == ["/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:8000"]
+    assert r.warmup_argv == [
+        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:8000", "--ready-timeout", "1800",
+    ]  # fmt: skip
     assert r.env == {
         "VLLM_CACHE_ROOT": "/var/cache/vllm/vllm",
         "TRITON_CACHE_DIR": "/var/cache/vllm/triton",
@@ -174,10 +176,12 @@ def test_two_instances_on_one_host():
     assert chat.unit_name == "vllm-chat.service" and coder.unit_name == "vllm-coder.service"
     assert chat.argv[chat.argv.index("--host") + 1] == "127.0.0.1"
     assert chat.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:8000", "--prompt", "hello world",
+        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:8000", "--ready-timeout", "1800",
+        "--prompt", "hello world",
     ]  # fmt: skip
     assert coder.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--prompt", "hello world",
+        "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--ready-timeout", "1800",
+        "--prompt", "hello world",
         "--max-batch", "4",
     ]  # fmt: skip
     assert "'hello world'" in unit_values(chat.unit_text, "Service", "ExecStartPost")[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,6 +40,17 @@ class StreamResult:
         data = asdict(self)
         data["decode_ms_per_token"] = self.decode_ms_per_token
         return data
+
+
+def _lines(resp: requests.Response) -> Iterator[bytes]:
+    """The body's lines as soon as each network chunk arrives (no read-ahead buffering)."""
+    pending = b""
+    for chunk in resp.iter_content(chunk_size=None):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        yield from complete
+    if pending:
+        yield pending
 
 
 def _chunk_text(obj: dict[str, Any], chat: bool) -> str:
@@ -102,7 +114,7 @@ def stream_completion(
     t0 = time.monotonic()
     resp = client.check(client.send(prepared, stream=True, path=path), path)
     assert resp is not None
-    lines = resp.iter_lines(chunk_size=None, decode_unicode=False)
+    lines = _lines(resp)
     try:
         for raw in lines:
             now = time.monotonic()

@@ -115,9 +115,10 @@ def parse_target(text: str, default_port: int = DEFAULT_PORT) -> Target:
             return Target("http", str(ipaddress.IPv6Address(raw)), default_port)
         except ValueError:
             raise _bad(text, "too many ':' (write IPv6 as [addr]:port)") from None
-    host, sep, port = raw.partition(":")
-    if sep and not port:
+    host, sep, port_text = raw.partition(":")
+    if sep and not port_text:
         raise _bad(text, "missing port after ':'")
     if "/" in raw:
         raise _bad(text, "a path needs a URL (http://HOST:PORT/prefix)")
-    return Target("http", _check_host(text, host), _check_port(text, port or None, default_port))
+    port_number = _check_port(text, port_text or None, default_port)
+    return Target("http", _check_host(text, host), port_number)

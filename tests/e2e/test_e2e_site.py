@@ -8,14 +8,20 @@ left (the names carry their number so the order is also the file's order).
 from __future__ import annotations
 
 import datetime
+import re
 import time
 
 import pytest
 from e2e_support import UNIT, Lab, PlayRun, note, record, unit_show, wait_active, warmctl
 
-from warmctl.lab.testhosts import DEFAULT_PORT, Fleet, Host
+from warmctl.lab.testhosts import DEFAULT_PORT, VERIFY_MAX_RATIO, Fleet, Host
 
-WARMUP_MARK = "warmup"
+# what `warmctl warmup` (ExecStartPost) logs when the server is warm
+WARMUP_DONE = re.compile(r": warm in [\d.]+ s")
+
+
+# the thresholds the inventory gives the verify role (see testhosts.vllm_inventory)
+VERIFY_ARGS = ("--max-ratio", str(VERIFY_MAX_RATIO))
 
 
 def _target(host: Host) -> str:
@@ -23,7 +29,7 @@ def _target(host: Host) -> str:
 
 
 def _verify_host(lab: Lab, host: Host, stage: str) -> None:
-    run = warmctl("verify", _target(host), log=lab.log)
+    run = warmctl("verify", _target(host), *VERIFY_ARGS, log=lab.log)
     record(stage, run.seconds)
     assert run.rc == 0, f"{host.name}: {run.describe()}"
 
@@ -48,7 +54,7 @@ def _warmup_lines(fleet: Fleet, host: Host) -> list[tuple[float, str]]:
         if line.startswith("[") and "]" in line:
             stamp, text = line[1:].split("]", 1)
             lines.append((float(stamp), text))
-    return [(t, text) for t, text in lines if WARMUP_MARK in text.lower()]
+    return [(t, text) for t, text in lines if WARMUP_DONE.search(text)]
 
 
 def _active_enter(fleet: Fleet, host: Host) -> float:
@@ -82,7 +88,7 @@ def test_1_site_deploys_active_units_warmed_before_active(lab: Lab, first_deploy
 def test_2_warmctl_verify_from_the_controller_reads_the_inventory(
     lab: Lab, deployed: PlayRun, base_inventory
 ):
-    run = warmctl("verify", "--inventory", str(base_inventory), log=lab.log)
+    run = warmctl("verify", "--inventory", str(base_inventory), *VERIFY_ARGS, log=lab.log)
     record("2. warmctl verify --inventory (2 hosts)", run.seconds)
     assert run.rc == 0, run.describe()
     for host in lab.fleet.hosts:

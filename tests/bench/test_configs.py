@@ -1,5 +1,6 @@
 """A is plain `vllm serve`; B and C start exactly what warmctl.render renders for the unit."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def site(tmp_path: Path) -> configs.Site:
 def test_b_is_the_rendered_unit(site, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/else")  # never leaks into a config
     b = configs.standard()["B"]
-    launch = b.launch(site, 0)
+    launch = b.launch(site, site.workdir / "t0")
     rendered = render_instance(b.instance(site), host=b.hostvars(site))
     assert launch.spec.argv == rendered.argv
     assert launch.warmup_argv == rendered.warmup_argv
@@ -45,7 +46,7 @@ def test_b_is_the_rendered_unit(site, monkeypatch):
 def test_a_is_plain_vllm_with_default_caches(site, monkeypatch):
     monkeypatch.setenv("VLLM_CACHE_ROOT", "/somewhere/else")
     monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere/else")
-    launch = configs.standard()["A"].launch(site, 0)
+    launch = configs.standard()["A"].launch(site, site.workdir / "t0")
     argv = launch.spec.argv
     assert argv[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", "/models/qwen3"]
     assert "--enable-sleep-mode" not in argv and "--compilation-config" not in argv
@@ -53,29 +54,38 @@ def test_a_is_plain_vllm_with_default_caches(site, monkeypatch):
     env = launch.spec.env
     for key in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "VLLM_SERVER_DEV_MODE"):
         assert key not in env
-    assert env["HOME"].endswith("/A/home") and env["TMPDIR"].endswith("/A/tmp-0")
+    assert env["HOME"].endswith("/A/home") and env["TMPDIR"].endswith("/t0")
     assert env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
     assert launch.warmup_argv is None and not launch.sleep
 
 
 def test_c_changes_only_the_capture_sizes(site):
     table = configs.standard((1, 8, 64))
-    b, c = table["B"].launch(site, 0), table["C"].launch(site, 0)
-    extra = [a for a in c.spec.argv if a not in b.spec.argv]
-    assert extra == ["--compilation-config", '{"cudagraph_capture_sizes": [1, 8, 64]}']
-    assert c.spec.env["VLLM_CACHE_ROOT"] != b.spec.env["VLLM_CACHE_ROOT"]
+    b = table["B"].launch(site, site.workdir / "t0").spec.argv
+    c = table["C"].launch(site, site.workdir / "t1").spec.argv
+
+    def without_cc(argv):
+        if "--compilation-config" not in argv:
+            return argv, {}
+        i = argv.index("--compilation-config")
+        return argv[:i] + argv[i + 2 :], json.loads(argv[i + 1])
+
+    (b_rest, b_cc), (c_rest, c_cc) = without_cc(b), without_cc(c)
+    assert b_rest == c_rest
+    assert c_cc == {**b_cc, "cudagraph_capture_sizes": [1, 8, 64]}
 
 
 def test_every_start_gets_a_fresh_tmpdir_and_keeps_its_home(site):
     b = configs.standard()["B"]
-    first, second = b.launch(site, 0), b.launch(site, 1)
+    first = b.launch(site, site.workdir / "t0")
+    second = b.launch(site, site.workdir / "t1")
     assert first.spec.env["TMPDIR"] != second.spec.env["TMPDIR"]
     assert first.spec.env["HOME"] == second.spec.env["HOME"]
 
 
 def test_cpu_unit_has_no_sleep(site):
     cpu = configs.Site(**{**site.__dict__, "device": "cpu"})
-    launch = configs.standard()["B"].launch(cpu, 0)
+    launch = configs.standard()["B"].launch(cpu, cpu.workdir / "t0")
     assert "vllm.entrypoints.openai.api_server" in launch.spec.argv
     assert not launch.sleep
 

@@ -89,9 +89,10 @@ class Config:
     def cache_dir(self, site: Site) -> Path:
         return site.workdir / self.key / "cache"
 
-    def launch(self, site: Site, start_no: int) -> Launch:
+    def launch(self, site: Site, tmp: Path) -> Launch:
+        """`tmp`: this start's own empty TMPDIR. Keep its path short: vLLM puts its ZMQ IPC
+        sockets there, and a socket path has at most 107 bytes."""
         home = self.home(site)
-        tmp = site.workdir / self.key / f"tmp-{start_no}"
         for d in (home, tmp, self.cache_dir(site)):
             d.mkdir(parents=True, exist_ok=True)
         base = {k: v for k, v in os.environ.items() if k not in _CACHE_VARS}

@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,7 +112,7 @@ class Runner:
                 continue
             self.echo(f"[bench] {name}: {step.config.title}")
             t = time.monotonic()
-            rec = self._start(step, name, state, n)
+            rec = self._start(step, name, state)
             rec["wall_s"] = round(time.monotonic() - t, 3)
             self._record(rec)
             self.echo(f"[bench] {name}: " + _one_line(rec))
@@ -141,16 +143,26 @@ class Runner:
         tmp.replace(path)
 
     # -- one start -------------------------------------------------------------------------
-    def _start(self, step: Step, name: str, state: str, n: int) -> dict[str, Any]:
-        cfg, site, k = step.config, self.site, self.knobs
+    def _start(self, step: Step, name: str, state: str) -> dict[str, Any]:
+        cfg = step.config
         rec: dict[str, Any] = {
             "name": name,
             "config": cfg.key,
             "state": state,
             "sleep_planned": step.sleep,
         }
+        # vLLM puts its ZMQ IPC sockets in TMPDIR (a socket path has at most 107 bytes)
+        base = tempfile.gettempdir()
+        tmp = Path(tempfile.mkdtemp(prefix=f"wb{cfg.key}-", dir=base if len(base) < 40 else "/tmp"))
         try:
-            launch = cfg.launch(site, n)
+            return self._run_start(step, name, rec, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # like PrivateTmp / a reboot
+
+    def _run_start(self, step: Step, name: str, rec: dict[str, Any], tmp: Path) -> dict[str, Any]:
+        cfg, site, k = step.config, self.site, self.knobs
+        try:
+            launch = cfg.launch(site, tmp)
         except WarmctlError as err:
             rec["error"] = str(err)
             return rec

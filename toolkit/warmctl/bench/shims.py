@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 
 import warmctl
+from warmctl.errors import WarmctlError
 
 
 def vllm_venv(python: Path, where: Path) -> Path:
     """A folder whose `bin/python` is `python`: its own venv if it is one, else a wrapper."""
     python = python.expanduser().absolute()
     if not python.exists():
-        from warmctl.errors import WarmctlError
-
         raise WarmctlError(f"--python {python}: no such interpreter", kind="input")
     venv = python.parent.parent
     if (venv / "pyvenv.cfg").is_file() and (venv / "bin" / "python").exists():

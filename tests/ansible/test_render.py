@@ -53,7 +53,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     r = render_instance(instance, host_vars(GOOD, "gpu_sleep"))
     assert r.argv == [
         "/opt/vllm/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve",
-        "/srv/models/qwen3-0.6b", "--host", "0.0.0.0", "--port", "8000",
+        "/srv/models/qwen3-0.6b", "--host", "127.0.0.1", "--port", "18000",
         "--served-model-name", "qwen", "--tensor-parallel-size", "2", "--max-num-seqs", "64",
         "--gpu-memory-utilization", "0.85", "--compilation-config",
         '{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128], '
@@ -62,13 +62,13 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     ]  # fmt: skip
     assert unit_values(r.unit_text, "Service", "ExecStart") == [
         "/opt/vllm/venv/bin/python -m vllm.entrypoints.cli.main serve /srv/models/qwen3-0.6b "
-        "--host 0.0.0.0 --port 8000 --served-model-name qwen --tensor-parallel-size 2 "
+        "--host 127.0.0.1 --port 18000 --served-model-name qwen --tensor-parallel-size 2 "
         "--max-num-seqs 64 --gpu-memory-utilization 0.85 --compilation-config "
         '\'{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128], '
         '"cudagraph_mode": "FULL_AND_PIECEWISE"}\' --enable-sleep-mode'
     ]
     assert r.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:8000", "--ready-timeout", "1800",
+        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--ready-timeout", "1800",
     ]  # fmt: skip
     assert r.env == {
         "VLLM_CACHE_ROOT": "/var/cache/vllm/vllm",
@@ -108,11 +108,12 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     assert unit_values(weekend, "Timer", "OnCalendar") == ["Fri *-*-* 21:00:00"]
     sleep_svc = r.files[f"{units}/vllm-qwen-sleep-weekend.service"]
     assert unit_values(sleep_svc, "Service", "ExecStart") == [
-        "/opt/warmctl/bin/warmctl sleep 127.0.0.1:8000 --level 2"
+        "/opt/warmctl/bin/warmctl sleep 127.0.0.1:18000 --level 2 --gate /run/vllm-gate/qwen.closed"
     ]
     wake_svc = r.files[f"{units}/vllm-qwen-wake-nights.service"]
     assert unit_values(wake_svc, "Service", "ExecStart") == [
-        "/opt/warmctl/bin/warmctl wake 127.0.0.1:8000 --no-warmup"
+        "/opt/warmctl/bin/warmctl wake 127.0.0.1:18000 --gate /run/vllm-gate/qwen.closed "
+        "--no-warmup"
     ]
     assert unit_values(wake_svc, "Service", "User") == ["vllm"]
     script = r.files["/etc/vllm/qwen-window.sh"]
@@ -176,7 +177,7 @@ def test_two_instances_on_one_host():
     assert chat.unit_name == "vllm-chat.service" and coder.unit_name == "vllm-coder.service"
     assert chat.argv[chat.argv.index("--host") + 1] == "127.0.0.1"
     assert chat.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:8000", "--ready-timeout", "1800",
+        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--ready-timeout", "1800",
         "--prompt", "hello world",
     ]  # fmt: skip
     assert coder.warmup_argv == [

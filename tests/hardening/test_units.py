@@ -1,0 +1,169 @@
+"""systemd hardening of every rendered unit (systemd-analyze security, printed and asserted)
+and the fault paths built into the units: full cache disk, a window firing while the
+instance is stopped, the gate of a proxied instance."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from warmctl.render import RenderedInstance, render_instance
+from warmctl.unitfile import systemd_split, unit_values
+
+NIGHTS = {"name": "nights", "sleep": "0 20 * * 1-5", "wake": "30 7 * * 1-5", "level": 1}
+MATRIX: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "gpu-sleep-proxied": (
+        {"name": "qwen", "model": "/srv/models/qwen", "port": 8000, "gpus": [0, 1],
+         "windows": [NIGHTS]},
+        {"vllm_preflight_device_kind": "gpu", "vllm_proxy_enabled": "auto"},
+    ),
+    "gpu-plain": (
+        {"name": "plain", "model": "/srv/models/plain", "port": 8100},
+        {"vllm_preflight_device_kind": "gpu", "vllm_proxy_enabled": "auto"},
+    ),
+    "cpu": (
+        {"name": "tiny", "model": "/srv/models/tiny", "port": 8000, "windows": [NIGHTS]},
+        {"vllm_preflight_device_kind": "cpu", "vllm_proxy_enabled": "auto"},
+    ),
+    "cpu-proxied": (
+        {"name": "tiny", "model": "/srv/models/tiny", "port": 8000, "windows": [NIGHTS]},
+        {"vllm_preflight_device_kind": "cpu", "vllm_proxy_enabled": True},
+    ),
+}  # fmt: skip
+MAX_EXPOSURE = 4.0
+
+
+def rendered(name: str) -> RenderedInstance:
+    instance, host = MATRIX[name]
+    return render_instance(instance, host)
+
+
+def write_root(r: RenderedInstance, root: Path) -> Path:
+    for path, text in r.files.items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return root
+
+
+def exposure(root: Path, unit: str) -> float:
+    proc = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", f"--root={root}", "--no-pager", unit],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", proc.stdout + proc.stderr)
+    assert match, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return float(match.group(1))
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
+@pytest.mark.parametrize("name", sorted(MATRIX))
+def test_systemd_analyze_security_exposure(name: str, tmp_path: Path) -> None:
+    r = rendered(name)
+    root = write_root(r, tmp_path)
+    units = [Path(p).name for p in r.files if p.endswith(".service")]
+    figures = {unit: exposure(root, unit) for unit in units}
+    for unit, value in sorted(figures.items()):
+        print(f"systemd-analyze security {unit} ({name}): {value:.1f}")
+    assert figures[r.unit_name] <= MAX_EXPOSURE
+    assert all(v <= MAX_EXPOSURE for v in figures.values()), figures
+
+
+def test_dev_mode_binds_loopback_and_proxy_takes_the_port() -> None:
+    gpu = rendered("gpu-sleep-proxied")
+    assert gpu.sleep and gpu.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert gpu.argv[gpu.argv.index("--host") + 1] == "127.0.0.1"
+    assert gpu.argv[gpu.argv.index("--port") + 1] == "18000"
+    assert gpu.warmup_argv[2] == "127.0.0.1:18000"
+    plain = rendered("gpu-plain")  # no dev mode: the operator's bind, no proxy
+    assert plain.argv[plain.argv.index("--host") + 1] == "0.0.0.0"
+    assert plain.argv[plain.argv.index("--port") + 1] == "8100"
+    assert "VLLM_SERVER_DEV_MODE" not in plain.env
+    # dev mode without the proxy still binds loopback only
+    alone = render_instance(MATRIX["gpu-sleep-proxied"][0], {"vllm_proxy_enabled": False})
+    assert alone.argv[alone.argv.index("--host") + 1] == "127.0.0.1"
+    assert alone.argv[alone.argv.index("--port") + 1] == "8000"
+
+
+def test_gpu_hosts_see_only_their_gpus() -> None:
+    unit = rendered("gpu-sleep-proxied").unit_text
+    allowed = unit_values(unit, "Service", "DeviceAllow")
+    assert unit_values(unit, "Service", "DevicePolicy") == ["closed"]
+    assert "/dev/nvidia0 rw" in allowed and "/dev/nvidia1 rw" in allowed
+    assert not any(a.startswith("/dev/nvidia2") for a in allowed)
+    cpu = rendered("cpu").unit_text
+    assert unit_values(cpu, "Service", "PrivateDevices") == ["yes"]
+    assert not unit_values(cpu, "Service", "DeviceAllow")
+
+
+def test_window_services_gate_and_drain() -> None:
+    gpu = rendered("gpu-sleep-proxied").files
+    sleep = gpu["/etc/systemd/system/vllm-qwen-sleep-nights.service"]
+    wake = gpu["/etc/systemd/system/vllm-qwen-wake-nights.service"]
+    assert systemd_split(unit_values(sleep, "Service", "ExecStart")[0])[-2:] == [
+        "--gate", "/run/vllm-gate/qwen.closed"]  # fmt: skip
+    assert "--gate" in systemd_split(unit_values(wake, "Service", "ExecStart")[0])
+    cpu = rendered("cpu-proxied").files
+    sleep = cpu["/etc/systemd/system/vllm-tiny-sleep-nights.service"]
+    pre = systemd_split(unit_values(sleep, "Service", "ExecStartPre")[0])
+    assert pre[1:4] == ["sleep", "127.0.0.1:18000", "--drain-only"] and "--gate" in pre
+    assert unit_values(sleep, "Service", "ExecStart") == [
+        "/usr/bin/systemctl stop vllm-tiny.service"
+    ]
+    unit = rendered("cpu-proxied").unit_text
+    assert "+/bin/rm -f /run/vllm-gate/tiny.closed" in unit_values(unit, "Service", "ExecStartPre")
+
+
+def run_exec(value: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    argv = systemd_split(value)
+    argv[0] = argv[0].lstrip("+-@!:")
+    return subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=30)
+
+
+def test_full_cache_disk_fails_the_start_with_one_clear_line(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    host = {"vllm_preflight_device_kind": "cpu", "vllm_install_cache_dir": str(cache)}
+    big = render_instance(MATRIX["cpu"][0], {**host, "vllm_service_cache_min_free_mib": 1 << 40})
+    check = next(v for v in unit_values(big.unit_text, "Service", "ExecStartPre") if "stat" in v)
+    proc = run_exec(check)
+    print(f"disk check: rc={proc.returncode} {proc.stderr.strip()}")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"MiB free on {cache}" in lines[0]
+    assert "reset-failed vllm-tiny.service" in lines[0]
+    small = render_instance(MATRIX["cpu"][0], {**host, "vllm_service_cache_min_free_mib": 1})
+    check = next(v for v in unit_values(small.unit_text, "Service", "ExecStartPre") if "stat" in v)
+    assert run_exec(check).returncode == 0
+    # a start that keeps failing stops retrying (no crash loop)
+    assert unit_values(big.unit_text, "Unit", "StartLimitBurst") == ["5"]
+    assert unit_values(big.unit_text, "Service", "Restart") == ["on-failure"]
+
+
+@pytest.mark.parametrize("state", ["inactive", "failed", "active"])
+def test_window_firing_while_the_instance_is_down_does_nothing(tmp_path: Path, state: str) -> None:
+    """ExecCondition: a stopped/failed instance skips the window with one line (systemd then
+    skips ExecStart); an active one goes ahead."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "systemctl").write_text(
+        f'#!/bin/sh\n[ "$1" = is-active ] || exit 9\n[ "$2" = --quiet ] && '
+        f"{{ [ {state} = active ]; exit $?; }}\necho {state}\n[ {state} = active ]\n"
+    )
+    (stub / "systemctl").chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}"}
+    for name in ("gpu-sleep-proxied", "cpu"):
+        r = rendered(name)
+        sleep = next(t for p, t in r.files.items() if p.endswith("-sleep-nights.service"))
+        proc = run_exec(unit_values(sleep, "Service", "ExecCondition")[0], env)
+        if state == "active":
+            assert proc.returncode == 0 and not proc.stderr
+            continue
+        assert proc.returncode == 1  # 1-254: systemd skips the unit, it does not fail it
+        assert proc.stderr.strip() == f"{r.unit_name} is {state}: sleep of window nights skipped"

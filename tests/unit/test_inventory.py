@@ -114,3 +114,13 @@ def test_missing_ansible_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyP
         hosts_from_inventory(write_inventory(tmp_path))
     assert info.value.kind == "missing_dependency"
     assert "warmctl[inventory]" in str(info.value)
+
+
+def test_verify_thresholds_from_host_vars() -> None:
+    hv = {"vllm_verify_max_ratio": "10", "vllm_verify_max_first_ttft": 0}
+    [t] = targets_for_host("gpu-1", hv)
+    assert dict(t.settings) == {"max_ratio": 10.0}  # 0 means warmctl's default
+    ts = targets_for_host("gpu-2", {**hv, "vllm_service_instances": [{"name": "a"}, {"name": "b"}]})
+    assert [dict(t.settings) for t in ts] == [{"max_ratio": 10.0}] * 2
+    with pytest.raises(WarmctlError, match="not a number"):
+        targets_for_host("gpu-3", {"vllm_verify_max_ratio": "ten"})

@@ -20,6 +20,11 @@ from warmctl.target import DEFAULT_PORT, Target, parse_target
 
 INSTANCES_VAR = "vllm_service_instances"
 PORT_VAR = "warmctl_port"
+# the roles' verify thresholds (0 or unset: warmctl's defaults) -> Target.settings keys
+THRESHOLD_VARS = {
+    "vllm_verify_max_first_ttft": "max_first_ttft",
+    "vllm_verify_max_ratio": "max_ratio",
+}
 SERVICE_PORT_VAR = "vllm_service_port"  # the roles' default port of an instance
 ADDRESS_VAR = "vllm_verify_address"  # the roles' override of the address to check
 _PLUGIN_FAIL = re.compile(r"Failed to parse inventory with '(\w+)' plugin: ([^\n]+)")
@@ -74,7 +79,14 @@ def _template(loader: Any, hv: dict[str, Any]) -> dict[str, Any]:
 
     templar = Templar(loader=loader, variables=hv)
     out: dict[str, Any] = {}
-    for key in (ADDRESS_VAR, "ansible_host", PORT_VAR, INSTANCES_VAR, SERVICE_PORT_VAR):
+    for key in (
+        ADDRESS_VAR,
+        "ansible_host",
+        PORT_VAR,
+        INSTANCES_VAR,
+        SERVICE_PORT_VAR,
+        *THRESHOLD_VARS,
+    ):
         if key in hv:
             out[key] = templar.template(hv[key])
     return out
@@ -95,6 +107,7 @@ def targets_for_host(
 ) -> list[Target]:
     """The targets one inventory host stands for (pure: unit-testable without Ansible)."""
     address = str(hv.get(ADDRESS_VAR) or hv.get("ansible_host") or name)
+    settings = _thresholds(name, hv)
     instances = hv.get(INSTANCES_VAR)
     if instances:
         if not isinstance(instances, list):
@@ -106,11 +119,25 @@ def targets_for_host(
                 raise WarmctlError(f"{name}: {INSTANCES_VAR}[{i}] is not a dict", kind="input")
             port = _port(inst.get("port", base_port), f"{name} {INSTANCES_VAR}[{i}]")
             base = parse_target(address, default_port=port)
-            targets.append(base.with_name(f"{name}/{inst.get('name', i)}"))
+            targets.append(base.with_name(f"{name}/{inst.get('name', i)}", settings))
         return targets
     port = _port(hv[PORT_VAR], f"{name} {PORT_VAR}") if PORT_VAR in hv else default_port
     target = parse_target(address, default_port=port)
-    return [target.with_name(name if address == name else f"{name}:{target.port}")]
+    return [target.with_name(name if address == name else f"{name}:{target.port}", settings)]
+
+
+def _thresholds(name: str, hv: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for var, key in THRESHOLD_VARS.items():
+        if hv.get(var) in (None, ""):
+            continue
+        try:
+            value = float(hv[var])
+        except (TypeError, ValueError):
+            raise WarmctlError(f"{name}: {var} {hv[var]!r} is not a number", kind="input") from None
+        if value > 0:
+            out[key] = value
+    return out
 
 
 def hosts_from_inventory(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from warmctl.errors import WarmctlError
@@ -24,6 +26,8 @@ class Target:
     port: int
     prefix: str = ""
     name: str | None = None
+    # per-host settings from an inventory (e.g. verify thresholds); not part of its identity
+    settings: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def base_url(self) -> str:
@@ -38,8 +42,10 @@ class Target:
         scheme = "" if self.scheme == "http" else f"{self.scheme}://"
         return f"{scheme}{host}:{self.port}{self.prefix}"
 
-    def with_name(self, name: str) -> Target:
-        return Target(self.scheme, self.host, self.port, self.prefix, name)
+    def with_name(self, name: str, settings: Mapping[str, Any] | None = None) -> Target:
+        return Target(
+            self.scheme, self.host, self.port, self.prefix, name, dict(settings or self.settings)
+        )
 
 
 def _bad(text: str, why: str) -> WarmctlError:

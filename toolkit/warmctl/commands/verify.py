@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.target import Target
 
 
 @click.command(name="verify")
@@ -15,14 +16,16 @@ from warmctl.options import guard, host_options, per_host, resolve_targets
     default=1.0,
     show_default=True,
     metavar="S",
-    help="Largest acceptable time to first token of the first request, in seconds.",
+    help="Largest acceptable time to first token of the first request, in seconds "
+    "(inventory hosts: their vllm_verify_max_first_ttft unless this is given).",
 )
 @click.option(
     "--max-ratio",
     type=click.FloatRange(min=0),
     default=2.0,
     show_default=True,
-    help="Largest acceptable first TTFT / steady median TTFT.",
+    help="Largest acceptable first TTFT / steady median TTFT "
+    "(inventory hosts: their vllm_verify_max_ratio unless this is given).",
 )
 @click.option(
     "--max-steady-ttft",
@@ -99,8 +102,25 @@ def command(
         from warmctl.output import console, emit_json, error_line, ms, status_style, table
         from warmctl.verify import Thresholds, VerifyReport, exit_code, verify
 
-        limits = Thresholds(max_first_ttft, max_ratio, max_steady_ttft, max_decode_ms)
         targets = resolve_targets(hosts, inventory_path, limit)
+        ctx = click.get_current_context()
+        given = {
+            name
+            for name in ("max_first_ttft", "max_ratio")
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        }
+
+        def limits_for(t: Target) -> Thresholds:
+            """The command line wins, then the inventory's vllm_verify_* of the host."""
+            first = t.settings.get("max_first_ttft", max_first_ttft)
+            ratio = t.settings.get("max_ratio", max_ratio)
+            return Thresholds(
+                max_first_ttft if "max_first_ttft" in given else first,
+                max_ratio if "max_ratio" in given else ratio,
+                max_steady_ttft,
+                max_decode_ms,
+            )
+
         reports = per_host(
             targets,
             lambda t: verify(
@@ -108,7 +128,7 @@ def command(
                 steady=steady,
                 max_tokens=max_tokens,
                 decode_tokens=decode_tokens,
-                thresholds=limits,
+                thresholds=limits_for(t),
                 ready_timeout=ready_timeout,
                 model=model,
             ),

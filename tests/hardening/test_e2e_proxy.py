@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.e2e_support import Lab, ansible_playbook, wait_active, warmctl
+from tests.e2e.e2e_support import Lab, ansible_playbook, unit_show, wait_active, warmctl
 from warmctl.errors import WarmctlError
 
 pytestmark = [
@@ -67,19 +67,19 @@ def e2e_tier_active() -> bool:
 
 
 def nginx_debs(dest: Path) -> list[Path]:
-    """nginx-light + nginx-common .debs (the hosts are offline), downloaded once."""
+    """nginx + nginx-common .debs (the hosts are offline), downloaded once."""
     dest.mkdir(parents=True, exist_ok=True)
-    debs = sorted(dest.glob("nginx-*.deb"))
+    debs = sorted(dest.glob("nginx*.deb"))
     if len(debs) >= 2:
         return debs
     for args in (
         ["apt-get", "update", "-q"],
-        ["apt-get", "download", "nginx-light", "nginx-common"],
+        ["apt-get", "download", "nginx", "nginx-common"],
     ):
         subprocess.run(args, cwd=dest, capture_output=True, timeout=600, check=False)
-    debs = sorted(dest.glob("nginx-*.deb"))
+    debs = sorted(dest.glob("nginx*.deb"))
     if len(debs) < 2:
-        pytest.skip("cannot download nginx-light/nginx-common .debs for the offline hosts")
+        pytest.skip("cannot download the nginx/nginx-common .debs for the offline hosts")
     return debs
 
 
@@ -115,7 +115,7 @@ def lab() -> Iterator[Lab]:
                         capture_output=True,
                     )
                 fleet.ssh(
-                    host, "command -v nginx >/dev/null || dpkg -i /tmp/nginx-*.deb", timeout=300
+                    host, "command -v nginx >/dev/null || dpkg -i /tmp/nginx*.deb", timeout=300
                 )
                 fleet.ssh(
                     host,
@@ -263,3 +263,31 @@ def test_load_across_the_sleep_service(lab: Lab, deployed: Path) -> None:
     )
     print(result.tail(8))
     assert result.rc == 0, result.describe()
+
+
+def test_killed_during_warmup_warms_again(lab: Lab, deployed: Path) -> None:
+    """SIGKILL to the server while the unit's warmup (ExecStartPost) runs: systemd restarts it
+    (Restart=on-failure) and the next start warms again before the unit counts as active."""
+    fleet, host = lab.fleet, lab.fleet.hosts[1]
+    unit = "vllm-tiny.service"
+    before = int(unit_show(fleet, host, unit, "NRestarts")["NRestarts"])
+    since = fleet.ssh(host, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    fleet.ssh(host, f"systemctl restart --no-block {unit}")
+    t0 = time.monotonic()
+    while unit_show(fleet, host, unit, "SubState")["SubState"] != "start-post":
+        assert time.monotonic() - t0 < 900, "the warmup never started"
+        time.sleep(0.2)
+    fleet.ssh(host, f"systemctl kill -s KILL --kill-whom=main {unit}")
+    killed = time.monotonic()
+    recovered = wait_active(fleet, host, unit, timeout=900)
+    restarts = int(unit_show(fleet, host, unit, "NRestarts")["NRestarts"])
+    journal = fleet.ssh(
+        host, f"journalctl -u {unit} --since '{since}' --no-pager -o cat", check=False
+    ).stdout
+    print(
+        f"killed in the warmup after {killed - t0:.0f} s; active and warm again after "
+        f"{recovered:.0f} s; NRestarts {before} -> {restarts}"
+    )
+    assert restarts > before
+    assert "code=killed, status=9/KILL" in journal
+    assert journal.count(f"Started {unit}") == 1  # only the second start completed its warmup

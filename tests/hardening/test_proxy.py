@@ -226,3 +226,11 @@ def test_sleep_under_streaming_load_cuts_nothing(run, proxied: dict[str, Any]) -
     result = run("verify", proxied["address"], "--api-key", TOKEN, "--steady", "3",
                  "--max-ratio", "50", "--max-first-ttft", "5")  # fmt: skip
     assert result.exit_code == 0, result.output
+
+
+def test_status_through_the_proxy(run, proxied: dict[str, Any]) -> None:
+    """The dev routes are 404 behind the proxy: status still reports health, model and load."""
+    result = run("status", proxied["address"], "--api-key", TOKEN)
+    print(result.output)
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output

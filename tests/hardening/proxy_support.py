@@ -17,8 +17,6 @@ import yaml
 
 from warmctl.render import host_variables, roles_dir
 
-NGINX_CANDIDATES = ("nginx-light", "nginx")
-
 
 def proxy_defaults() -> dict[str, Any]:
     return yaml.safe_load((roles_dir() / "vllm_proxy/defaults/main.yml").read_text())
@@ -46,13 +44,9 @@ def ensure_nginx() -> str | None:
     if found or os.geteuid() != 0 or not shutil.which("apt-get"):
         return found
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for package in NGINX_CANDIDATES:
-        for args in (["apt-get", "install", "-y", "-q", package], ["apt-get", "update", "-q"]):
-            subprocess.run(args, env=env, capture_output=True, timeout=600, check=False)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", package], env=env, capture_output=True,
-            timeout=600, check=False,
-        )  # fmt: skip
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "nginx"]
+    for step in (install, ["apt-get", "update", "-q"], install):
+        subprocess.run(step, env=env, capture_output=True, timeout=900, check=False)
         if os.access("/usr/sbin/nginx", os.X_OK):
             return "/usr/sbin/nginx"
     return None

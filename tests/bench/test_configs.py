@@ -40,6 +40,10 @@ def test_b_is_the_rendered_unit(site, monkeypatch):
     assert launch.spec.env["VLLM_CACHE_ROOT"].startswith(cache)
     assert launch.sleep and "--enable-sleep-mode" in launch.spec.argv
     assert launch.spec.argv[0] == str(site.venv / "bin" / "python")
+    # the bench talks to vLLM where the unit makes it listen (a loopback port behind the proxy)
+    port = launch.spec.argv[launch.spec.argv.index("--port") + 1]
+    assert launch.spec.base_url == f"http://127.0.0.1:{port}"
+    assert launch.warmup_argv[2] == f"127.0.0.1:{port}"
     assert launch.warmup_argv[0] == str(site.warmctl_venv / "bin" / "warmctl")
 
 
@@ -88,6 +92,13 @@ def test_cpu_unit_has_no_sleep(site):
     launch = configs.standard()["B"].launch(cpu, cpu.workdir / "t0")
     assert "vllm.entrypoints.openai.api_server" in launch.spec.argv
     assert not launch.sleep
+
+
+def test_listen_url():
+    argv = ["py", "serve", "m", "--host", "0.0.0.0", "--port", "18000"]
+    assert configs.listen_url(argv, "http://127.0.0.1:8000") == "http://127.0.0.1:18000"
+    assert configs.listen_url(["py", "--port=9"], "x") == "http://127.0.0.1:9"
+    assert configs.listen_url(["py"], "http://127.0.0.1:8000") == "http://127.0.0.1:8000"
 
 
 def test_plan_parsing():

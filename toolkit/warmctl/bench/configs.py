@@ -106,7 +106,7 @@ class Config:
         env = {**base, **rendered.env}
         dirs["cache"] = self.cache_dir(site)
         return Launch(
-            LaunchSpec(list(rendered.argv), env, site.base_url),
+            LaunchSpec(list(rendered.argv), env, listen_url(rendered.argv, site.base_url)),
             list(rendered.warmup_argv),
             env.get("VLLM_SERVER_DEV_MODE") == "1" and "--enable-sleep-mode" in rendered.argv,
             dirs,
@@ -140,6 +140,27 @@ class Config:
             "vllm_install_warmctl_venv": str(site.warmctl_venv),
             "vllm_install_cache_dir": str(self.cache_dir(site)),
         }
+
+
+def listen_url(argv: list[str], default: str) -> str:
+    """Where the rendered vLLM listens (`--host`/`--port` of its argv). Behind the project's
+    proxy the unit binds vLLM to a loopback port of its own: the bench measures vLLM there."""
+
+    def value(flag: str) -> str | None:
+        for i, arg in enumerate(argv):
+            if arg == flag and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    port = value("--port")
+    if port is None:
+        return default
+    host = value("--host") or "127.0.0.1"
+    if host in ("0.0.0.0", "::", "localhost"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
 
 
 def _plain_argv(site: Site) -> list[str]:

@@ -171,7 +171,8 @@ class Runner:
         rec["warmup_argv"] = launch.warmup_argv
         idle = gpumem.read()
         rec["gpu_idle_mib"] = idle.used_mib if idle else None
-        api = Api(site.base_url, site.served_name)
+        api = Api(launch.spec.base_url, site.served_name)
+        rec["base_url"] = launch.spec.base_url
         counter = measure.Counter()
         server = ServerProcess(launch.spec, self.out / f"{name}.log")
         marks: dict[str, float] = {}

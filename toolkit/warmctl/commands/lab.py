@@ -111,7 +111,7 @@ def model_cmd(preset: str, seed: int) -> None:
     "--ready-file", type=click.Path(path_type=Path), help="Write the URL here once ready."
 )
 @click.option(
-    "--timeout", type=float, default=300, show_default=True, help="Readiness timeout (s)."
+    "--timeout", type=float, default=600, show_default=True, help="Readiness timeout (s)."
 )
 @_one_line_errors
 def serve_cmd(

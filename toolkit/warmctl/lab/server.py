@@ -29,7 +29,7 @@ import requests
 from warmctl.lab.common import LabError, cache_root, log
 
 HOST = "127.0.0.1"
-DEFAULT_READY_TIMEOUT = 300.0
+DEFAULT_READY_TIMEOUT = 600.0  # a loaded 2-core box took 245 s for the tiny model
 # env every lab server gets: no hub, no telemetry, a small KV cache (other jobs share the CPU)
 BASE_ENV = {
     "HF_HUB_OFFLINE": "1",

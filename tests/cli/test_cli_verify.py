@@ -32,7 +32,8 @@ def test_fidelity_first_300ms_then_20ms(run, vllm_double: VllmDouble) -> None:
     else:
         pytest.fail(f"(first, steady median) TTFTs off by more than 10 ms in every run: {seen}")
     assert r["first_total_s"] >= r["first_ttft_s"] + 15 * 0.002
-    assert r["decode_ms_per_token"] == pytest.approx(2.0, abs=1.5)
+    # 2 ms/token plus per-chunk scheduling noise; counting the TTFT in would give >= 10 ms
+    assert 1.9 <= r["decode_ms_per_token"] <= 6.0
     # 300 ms / 20 ms is far over the 2x acceptance line
     assert r["status"] == "FAIL" and code == 1
     assert any("first/steady TTFT" in reason for reason in r["reasons"])

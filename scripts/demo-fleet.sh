@@ -93,7 +93,7 @@ step_done
 step "inventory"
 inventory="$state/inventory.yml"
 # kept across runs: its sleep window is chosen relative to the first run's time
-if [ ! -f "$inventory" ]; then
+if [ ! -f "$inventory" ] || ! grep -qF "$model" "$inventory"; then
   python -m warmctl.lab.testhosts inventory --find-links "http://$controller:$port/" \
     --model "$model" -o "$inventory" >/dev/null
 fi

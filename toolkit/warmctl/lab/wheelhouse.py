@@ -224,6 +224,10 @@ class Server:
     def index_url(self) -> str:
         return f"{self.url}simple/"
 
+    def wait(self) -> None:
+        """Block until the server stops."""
+        self._thread.join()
+
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
@@ -274,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = start_server(house, address, port)
         log(f"serving {house.path} at {server.url} (index {server.index_url})")
         try:
-            server._thread.join()
+            server.wait()
         except KeyboardInterrupt:
             server.stop()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -148,7 +149,7 @@ def deployed(lab: Lab) -> Path:
 
 def probe(lab: Lab, method: str, url: str, body: str = "") -> str:
     client = lab.fleet.hosts[1]
-    command = f"python3 -c {json.dumps(PROBE)} {method} '{url}' '{body}'"
+    command = shlex.join(["python3", "-c", PROBE, method, url, body])
     return lab.fleet.ssh(client, command, check=False, timeout=60).stdout.strip()
 
 

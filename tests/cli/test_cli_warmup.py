@@ -176,3 +176,31 @@ def test_warmup_progress_on_a_terminal(vllm_double: VllmDouble) -> None:
     assert proc.returncode == 0
     assert "ramp" in seen and "127.0.0.1" in seen  # the progress line named host and phase
     assert b"PHASE" in out
+
+
+def test_warmup_stops_when_the_server_process_is_gone(monkeypatch):
+    """systemd's ExecStartPost gets $MAINPID: a server killed during its warmup must not keep
+    the warmup (and so the unit) waiting for the whole ready timeout."""
+    import socket
+    import subprocess
+    import time
+
+    from click.testing import CliRunner
+
+    from warmctl.cli import cli
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    with socket.socket() as s:  # a loopback port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MAINPID", str(dead.pid))
+    t0 = time.monotonic()
+    result = CliRunner().invoke(
+        cli, ["warmup", f"127.0.0.1:{port}", "--ready-timeout", "120"], catch_exceptions=False
+    )
+    took = time.monotonic() - t0
+    assert result.exit_code == 2, result.output
+    assert "the server process exited before it was ready" in result.output
+    assert "Traceback" not in result.output
+    assert took < 30, took

@@ -7,7 +7,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import requests
@@ -353,9 +353,15 @@ class Client:
         return capture_sizes_from_config(info.get("vllm_config"))
 
     # -- readiness ------------------------------------------------------------------------
-    def wait_ready(self, timeout: float = 600.0, interval: float = 0.5) -> list[dict[str, Any]]:
+    def wait_ready(
+        self,
+        timeout: float = 600.0,
+        interval: float = 0.5,
+        alive: Callable[[], bool] | None = None,
+    ) -> list[dict[str, Any]]:
         """Wait until `/v1/models` lists a model (`/health` alone answers before the model is
-        loaded). Retries refused connections, timeouts and 5xx; other failures raise at once."""
+        loaded). Retries refused connections, timeouts and 5xx; other failures raise at once.
+        `alive`: when given and it turns false (the server process is gone), stop waiting."""
         deadline = time.monotonic() + timeout
         last: WarmctlError | None = None
         while True:
@@ -368,6 +374,11 @@ class Client:
                 if err.kind not in ("refused", "timeout", "server"):
                     raise
                 last = err
+            if alive is not None and not alive():
+                raise WarmctlError(
+                    f"{self.target.label}: the server process exited before it was ready",
+                    kind="server",
+                )
             if time.monotonic() + interval > deadline:
                 raise WarmctlError(
                     f"{self.target.label}: not ready after {timeout:g} s; last: "

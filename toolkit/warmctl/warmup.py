@@ -5,6 +5,7 @@ and exercise the chat route when the model has a chat template."""
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -207,6 +208,7 @@ def warmup(
     model: str | None = None,
     progress: Progress | None = None,
     light: bool = False,
+    main_pid: int | None = None,
 ) -> WarmupReport:
     """Warm one server; raises `WarmctlError` if it is not ready or any request fails.
 
@@ -214,6 +216,8 @@ def warmup(
     `chat`: None -> try the chat route and skip it if the model has no chat template.
     `light`: one short request per route, no ramp (after a wake the server's kernels and CUDA
     graphs are still loaded: a full ramp costs seconds and buys nothing measurable).
+    `main_pid`: the server's process (systemd's $MAINPID): stop waiting as soon as it is gone,
+    so a server killed during its warmup is restarted at once instead of after the timeout.
     """
     report = WarmupReport(target=client.target.label, mode="light" if light else "full")
     started = time.monotonic()
@@ -236,7 +240,8 @@ def warmup(
     # 1. ready: /v1/models answers with a model
     phase = Phase("ready")
     t0 = time.monotonic()
-    models = client.wait_ready(timeout=ready_timeout)
+    alive = (lambda: pid_alive(main_pid)) if main_pid else None
+    models = client.wait_ready(timeout=ready_timeout, alive=alive)
     chosen = next((m for m in models if m["id"] == model), None) if model else models[0]
     if chosen is None:
         names = ", ".join(m["id"] for m in models)
@@ -313,3 +318,14 @@ def warmup(
 
     report.total_s = time.monotonic() - started
     return report
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` still exists (a process of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -61,6 +61,14 @@ def warmup_options(fn: F) -> F:
             help="Seconds to wait for the server to list its model on /v1/models.",
         ),
         click.option("--model", metavar="NAME", help="Served model to warm (default: the first)."),
+        click.option(
+            "--main-pid",
+            type=click.IntRange(min=1),
+            envvar="MAINPID",
+            metavar="PID",
+            help="Stop waiting as soon as this process (the server) exits. Default: $MAINPID, "
+            "which systemd sets for ExecStartPost.",
+        ),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -76,6 +84,7 @@ def warmup_kwargs(
     chat: bool | None,
     ready_timeout: float,
     model: str | None,
+    main_pid: int | None = None,
 ) -> dict[str, Any]:
     """Validate the options (a missing prompt file fails before any server is contacted)."""
     from warmctl.prompts import resolve_prompts
@@ -88,6 +97,8 @@ def warmup_kwargs(
         "ready_timeout": ready_timeout,
         "model": model,
     }
+    if main_pid:
+        kwargs["main_pid"] = main_pid
     if prompts or prompt_file:
         kwargs["prompts"] = resolve_prompts(prompts, prompt_file, max_tokens=max_tokens)
     if batch_sizes:

@@ -34,7 +34,9 @@ for stage in $stages; do
     lint) run_stage lint bash -c 'ruff check toolkit tests && ruff format --check toolkit tests' ;;
     fast) run_stage fast pytest -m "not integration and not e2e" "$@" ;;
     integration) run_stage integration pytest -m "integration and not e2e" "$@" ;;
-    e2e) run_stage e2e pytest -m e2e "$@" ;;
+    # one pytest session per e2e tier: each boots, deploys and tears down its own hosts
+    e2e) run_stage e2e pytest -m e2e tests/e2e "$@"
+         run_stage e2e-hardening pytest -m e2e tests/hardening "$@" ;;
     *) echo "[test] unknown stage: $stage (lint fast integration e2e)" >&2; exit 2 ;;
   esac
 done

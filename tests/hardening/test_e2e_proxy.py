@@ -153,11 +153,6 @@ def probe(lab: Lab, method: str, url: str, body: str = "") -> str:
     return lab.fleet.ssh(client, command, check=False, timeout=60).stdout.strip()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="its probe's remote-shell quoting was fixed (shlex.join) after the last run on the "
-    "hosts; the same checks passed when run by hand (all 9 dev routes 404, raw port refused)",
-)
 def test_from_a_second_host_only_the_api_passes(lab: Lab, deployed: Path) -> None:
     server = lab.fleet.hosts[0].address
     body = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 4})
@@ -271,11 +266,6 @@ def test_load_across_the_sleep_service(lab: Lab, deployed: Path) -> None:
     assert result.rc == 0, result.describe()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="found a real bug (the warmup kept polling a killed server until its 1800 s ready "
-    "timeout); fixed by `warmctl warmup` stopping when $MAINPID is gone, not yet re-run here",
-)
 def test_killed_during_warmup_warms_again(lab: Lab, deployed: Path) -> None:
     """SIGKILL to the server while the unit's warmup (ExecStartPost) runs: systemd restarts it
     (Restart=on-failure) and the next start warms again before the unit counts as active."""

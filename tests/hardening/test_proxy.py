@@ -4,6 +4,7 @@ a sleep under streaming load cuts nothing."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import threading
@@ -171,6 +172,26 @@ def test_verify_passes_through_the_proxy(run, proxied: dict[str, Any]) -> None:
                  "--max-ratio", "50", "--max-first-ttft", "5")  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "PASS" in result.output
+
+
+def test_verify_reports_a_closed_gate_as_asleep_at_once(run, proxied: dict[str, Any]) -> None:
+    """Behind the proxy the dev routes are 404, so the gate's 503 is how verify learns that the
+    instance sleeps: ASLEEP at once (not a 600 s wait for readiness), exit 1; with --asleep-ok
+    (what a deploy inside a sleep window passes) exit 0. Nothing reaches the engine."""
+    double = proxied["double"]
+    proxied["gate"].write_text("sleep\n")
+    before = double.counters.generations
+    t0 = time.monotonic()
+    result = run("verify", proxied["address"], "--api-key", TOKEN, "--json")
+    took = time.monotonic() - t0
+    [report] = json.loads(result.stdout)["results"]
+    assert result.exit_code == 1, result.output
+    assert report["status"] == "ASLEEP" and "sleep gate is closed" in report["reasons"][0]
+    assert took < 10, f"verify waited {took:.0f} s on a closed gate"
+    table = run("verify", proxied["address"], "--api-key", TOKEN, "--asleep-ok")
+    assert table.exit_code == 0, table.output
+    assert "ASLEEP" in table.output and "Traceback" not in table.output
+    assert double.counters.generations == before
 
 
 def test_sleep_under_streaming_load_cuts_nothing(run, proxied: dict[str, Any]) -> None:

@@ -92,6 +92,11 @@ def transport_error(target: Target, path: str, exc: BaseException, timeout: floa
     return WarmctlError(f"{label}: cannot reach {path}: {_short(exc)}", kind="refused")
 
 
+# what the proxy (templates/nginx-vllm.conf.j2) answers while an instance sleeps: 503 with
+# "<name> is asleep; retry later" (a stopped or starting one says "is not running")
+GATE_ASLEEP = " is asleep; retry later"
+
+
 def error_detail(resp: requests.Response) -> str:
     """The server's own error message (vLLM: {"error": {"message"}} or FastAPI {"detail"})."""
     try:
@@ -136,6 +141,12 @@ def http_error(
             status=code,
         )
     detail = error_detail(resp)
+    if code == 503 and detail.endswith(GATE_ASLEEP):
+        return WarmctlError(
+            f"{label}: asleep: the proxy's sleep gate is closed (HTTP 503 on {path}: {detail})",
+            kind="asleep",
+            status=code,
+        )
     if code >= 500:
         dead = "EngineDead" in detail or "engine" in detail.lower() or path == "/health"
         what = "engine dead or failing" if dead else "server error"

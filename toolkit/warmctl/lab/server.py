@@ -2,7 +2,7 @@
 
 The server runs in its own session (process group), so stopping it kills vLLM's engine-core
 children too; `stop()` is idempotent, registered with `atexit`, and the server also gets
-SIGTERM if the process that started it dies (PR_SET_PDEATHSIG). Readiness is `/v1/models`
+SIGKILL if the process that started it dies (PR_SET_PDEATHSIG). Readiness is `/v1/models`
 answering with the served model name. The log goes to a file whose path every error names.
 
     with VllmServer(python, model_dir, served_name="tiny") as server:
@@ -59,9 +59,10 @@ def free_port(host: str = HOST) -> int:
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the parent dies (Linux)."""
+    """In the child before exec: SIGKILL when the parent dies (Linux). Not SIGTERM: vLLM
+    catches it and, in the middle of its start (compiling), keeps running as an orphan."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _tail(path: Path, lines: int = 1) -> str:

@@ -11,7 +11,8 @@ import pytest
 
 from warmctl.lab import deps, model, vllmcpu
 from warmctl.lab.common import LabError
-from warmctl.lab.server import VllmServer, group_members
+from warmctl.lab.server import VllmServer
+from warmctl.procs import group_members
 
 FLAGS_AVX2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma\n"
 FLAGS_OLD = "processor\t: 0\nflags\t\t: fpu sse sse2 avx\n"

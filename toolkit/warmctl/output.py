@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.table import Table
@@ -54,3 +54,35 @@ def status_style(status: str) -> str:
     return {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]", "ASLEEP": "[yellow]ASLEEP[/]"}.get(
         status, f"[red]{status}[/]"
     )
+
+
+R = TypeVar("R")
+
+
+def report_hosts(
+    command: str,
+    labels: Sequence[str],
+    results: Sequence[R | BaseException],
+    kind: type[R],
+    lines: Callable[[R], list[str]],
+    *,
+    as_json: bool,
+) -> int:
+    """Print what one action did on each host (`lines` of its report) or its one-line error;
+    with `as_json` the reports' dicts instead. Exit status: 0, or 2 when any host failed."""
+    code = 0
+    out = console()
+    dicts: list[dict[str, Any]] = []
+    for label, r in zip(labels, results, strict=True):
+        if not isinstance(r, kind):
+            code = 2
+            error_line(str(r))
+            dicts.append({"target": label, "error": str(r), "error_kind": getattr(r, "kind", None)})
+            continue
+        dicts.append(r.to_dict())  # type: ignore[attr-defined]
+        if not as_json:
+            for line in lines(r):
+                out.print(line)
+    if as_json:
+        emit_json(command, dicts, code)
+    return code

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from warmctl.errors import WarmctlError
+from warmctl.procs import die_with_parent, session_pids
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class ServerProcess:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: stop() ends EngineCore too
-                preexec_fn=_die_with_parent,  # only a prctl: safe between fork and exec
+                preexec_fn=die_with_parent,  # only a prctl: safe between fork and exec
             )
         except OSError as exc:
             raise WarmctlError(f"cannot start {self.spec.argv[0]}: {exc.strerror}") from exc
@@ -148,26 +148,3 @@ class ServerProcess:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the benchmark dies (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def session_pids(sid: int) -> list[int]:
-    """Every live (non-zombie) process of session `sid`: the server and its EngineCore."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # after the parenthesised command name: state, ppid, pgrp, session
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 3 and fields[0] != "Z" and int(fields[3]) == sid:
-            pids.append(int(entry.name))
-    return sorted(pids)

@@ -64,7 +64,7 @@ def command(
     def body() -> int:
         from warmctl.client import Client
         from warmctl.gate import behind_closed_gate, drain_only_report, gate_for
-        from warmctl.output import console, emit_json, error_line
+        from warmctl.output import report_hosts
         from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, SleepReport, sleep
 
         targets = resolve_targets(hosts)
@@ -84,27 +84,16 @@ def command(
         results = per_host(
             targets, lambda t: behind_closed_gate(gate, lambda: one(t)) if gate else one(t)
         )
-        code = 0
-        out = console()
-        dicts = []
-        for t, r in zip(targets, results, strict=True):
-            if not isinstance(r, SleepReport):
-                code = 2
-                error_line(str(r))
-                dicts.append({"target": t.label, "error": str(r), "error_kind": r.kind})
-                continue
-            dicts.append(r.to_dict())
-            if as_json:
-                continue
+
+        def lines(r: SleepReport) -> list[str]:
             if drain_only:
-                out.print(f"{r.target}: drained in {r.total_s:.2f} s, gate closed")
-            elif r.already_asleep:
-                out.print(f"{r.target}: already asleep, nothing to do")
-            else:
-                steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps)
-                out.print(f"{r.target}: asleep at level {r.level} ({steps})")
-        if as_json:
-            emit_json("sleep", dicts, code)
-        return code
+                return [f"{r.target}: drained in {r.total_s:.2f} s, gate closed"]
+            if r.already_asleep:
+                return [f"{r.target}: already asleep, nothing to do"]
+            steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps)
+            return [f"{r.target}: asleep at level {r.level} ({steps})"]
+
+        labels = [t.label for t in targets]
+        return report_hosts("sleep", labels, results, SleepReport, lines, as_json=as_json)
 
     guard(body)

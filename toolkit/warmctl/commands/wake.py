@@ -58,7 +58,7 @@ def command(
 
     def body() -> int:
         from warmctl.client import Client
-        from warmctl.output import console, emit_json, error_line
+        from warmctl.output import report_hosts
         from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, WakeReport, wake
         from warmctl.warmup_cli import progress_display
 
@@ -83,32 +83,24 @@ def command(
                     ),
                 ),
             )
-        code = 0
-        out = console()
-        dicts = []
-        for t, r in zip(targets, results, strict=True):
-            if not isinstance(r, WakeReport):
-                code = 2
-                error_line(str(r))
-                dicts.append({"target": t.label, "error": str(r), "error_kind": r.kind})
-                continue
-            dicts.append(r.to_dict())
-            if as_json:
-                continue
+
+        def lines(r: WakeReport) -> list[str]:
             steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps) or "nothing to do"
-            if r.already_awake:
-                out.print(f"{r.target}: already awake ({steps})")
-            else:
-                out.print(f"{r.target}: awake after level {r.level} ({r.level_source}): {steps}")
+            out = [
+                f"{r.target}: already awake ({steps})"
+                if r.already_awake
+                else f"{r.target}: awake after level {r.level} ({r.level_source}): {steps}"
+            ]
             if r.warmup:
                 w = r.warmup
                 ramp = ",".join(map(str, w.batch_sizes)) or "none"
-                out.print(
+                out.append(
                     f"{r.target}: warmed ({w.mode}) with {w.requests} requests in "
                     f"{w.total_s:.1f} s (batch sizes {ramp}, chat {'yes' if w.chat else 'no'})"
                 )
-        if as_json:
-            emit_json("wake", dicts, code)
-        return code
+            return out
+
+        labels = [t.label for t in targets]
+        return report_hosts("wake", labels, results, WakeReport, lines, as_json=as_json)
 
     guard(body)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -27,6 +26,7 @@ from typing import Self
 import requests
 
 from warmctl.lab.common import LabError, cache_root, log
+from warmctl.procs import die_with_parent
 
 HOST = "127.0.0.1"
 DEFAULT_READY_TIMEOUT = 600.0  # a loaded 2-core box took 245 s for the tiny model
@@ -38,7 +38,6 @@ BASE_ENV = {
     "DO_NOT_TRACK": "1",
     "VLLM_CPU_KVCACHE_SPACE": "1",
 }
-_PR_SET_PDEATHSIG = 1
 
 
 def compile_cache_env() -> dict[str, str]:
@@ -56,13 +55,6 @@ def free_port(host: str = HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the parent dies (Linux). Not SIGTERM: vLLM
-    catches it and, in the middle of its start (compiling), keeps running as an orphan."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _tail(path: Path, lines: int = 1) -> str:
@@ -140,7 +132,7 @@ class VllmServer:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # only a prctl: safe between fork and exec
+                preexec_fn=die_with_parent,  # only a prctl: safe between fork and exec
             )
         self.pgid = self.proc.pid
         atexit.register(self.stop)
@@ -233,20 +225,3 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def group_members(pgid: int) -> list[int]:
-    """PIDs whose process group is `pgid` (for tests that check nothing was left behind)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may hold spaces, so split after the last ')'
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid:
-            found.append(int(entry.name))
-    return found

@@ -66,6 +66,13 @@ GOOD: dict[str, dict[str, Any]] = {
             }
         ],
     },
+    "cpu_two": {
+        "vllm_preflight_device_kind": "cpu",
+        "vllm_service_instances": [
+            {"name": "left", "model": "/srv/models/m", "port": 8000, "cpus": "0-1"},
+            {"name": "right", "model": "/srv/models/m", "port": 8001, "cpus": "2,3"},
+        ],
+    },
     "gpu_two": {
         "vllm_preflight_device_kind": "gpu",
         "vllm_service_warmup_args": ["--prompt", "hello world"],
@@ -200,6 +207,21 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
             ]
         },
         "wake",
+    ),
+    "cpus_malformed": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "cpus": "0-3; rm -rf /"}]},
+        'cpus must be a core list such as "0-15"',
+    ),
+    "cpu_two_without_cores": (
+        {
+            "vllm_preflight_device_kind": "cpu",
+            "vllm_service_instances": [
+                {**OK_INSTANCE, "cpus": "0-3"},
+                {**OK_INSTANCE, "name": "b", "port": 8001},
+                {**OK_INSTANCE, "name": "c", "port": 8002},
+            ],
+        },
+        "3 vLLM instances on a CPU host need their own cores: set cpus",
     ),
     "device_choice": (
         {"vllm_preflight_device": "tpu", "vllm_service_instances": [OK_INSTANCE]},

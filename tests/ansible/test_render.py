@@ -327,3 +327,17 @@ def test_boot_reconcile_picks_the_window_we_are_in(tmp_path):
         "outside every sleep window: awake",
         "systemctl start vllm-m-wake-later.service",
     ]
+
+
+def test_cpu_instances_get_their_own_cores_gpu_instances_ignore_cpus():
+    left, right = GOOD["cpu_two"]["vllm_service_instances"]
+    assert (
+        render_instance(left, host_vars(GOOD, "cpu_two")).env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    )
+    assert (
+        render_instance(right, host_vars(GOOD, "cpu_two")).env["VLLM_CPU_OMP_THREADS_BIND"] == "2,3"
+    )
+    gpu = {**GOOD["gpu_nosleep"]["vllm_service_instances"][0], "cpus": "0-3"}
+    assert (
+        "VLLM_CPU_OMP_THREADS_BIND" not in render_instance(gpu, host_vars(GOOD, "gpu_nosleep")).env
+    )

@@ -318,7 +318,8 @@ def window_from(start: datetime.datetime, name: str) -> dict[str, object]:
 def test_full_cache_disk_is_one_clear_failure_not_a_crash_loop(lab: Lab, deployed: Path) -> None:
     """The cache path full (a 16 MiB tmpfs over it, filled): the start fails before vLLM runs,
     with one line naming the path, the free and the needed MiB and the fix; systemd retries a
-    bounded number of times (StartLimitBurst) and leaves the unit `failed`."""
+    bounded number of times (StartLimitBurst) and leaves the unit `failed`. A sleep window that
+    fires then is skipped with one line."""
     fleet, host = lab.fleet, lab.fleet.hosts[0]
     unit, cache = "vllm-tiny.service", "/var/cache/vllm"
     since = fleet.ssh(host, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
@@ -343,6 +344,13 @@ def test_full_cache_disk_is_one_clear_failure_not_a_crash_loop(lab: Lab, deploye
             host, f"journalctl -u {unit} --since '{since}' --no-pager -o cat", check=False
         ).stdout
         limits = unit_show(fleet, host, unit, "StartLimitBurst")
+        # a sleep window firing now, with the instance failed: skipped with one line, no harm
+        window = f"vllm-tiny-sleep-{lab.window['name']}.service"
+        fired = fleet.ssh(host, f"systemctl start {window}", check=False, timeout=120)
+        skipped = fleet.ssh(
+            host, f"journalctl -u {window} --since '{since}' --no-pager -o cat", check=False
+        ).stdout
+        after_window = unit_show(fleet, host, unit, "ActiveState")["ActiveState"]
     finally:
         fleet.ssh(
             host,
@@ -362,6 +370,10 @@ def test_full_cache_disk_is_one_clear_failure_not_a_crash_loop(lab: Lab, deploye
     assert state["Result"] in ("exit-code", "start-limit-hit")
     assert later == {"ActiveState": "failed", "NRestarts": restarts}
     assert "(APIServer pid=" not in journal, "vLLM ran on a full cache disk"
+    print(f"the sleep window fired meanwhile: exit {fired.returncode}; {skipped.strip()}")
+    assert fired.returncode == 0, fired.stderr
+    assert f"{unit} is failed: sleep of window {lab.window['name']} skipped" in skipped
+    assert after_window == "failed"
 
 
 def test_deploy_and_reboot_inside_a_sleep_window(lab: Lab, deployed: Path) -> None:

@@ -36,7 +36,7 @@ for stage in $stages; do
     integration) run_stage integration pytest -m "integration and not e2e" "$@" ;;
     # one pytest session per e2e tier: each boots, deploys and tears down its own hosts
     e2e) run_stage e2e pytest -m e2e tests/e2e "$@"
-         run_stage e2e-hardening pytest -m e2e tests/hardening "$@" ;;
+         run_stage e2e-hardening pytest -m e2e -rP tests/hardening "$@" ;;  # -rP: print each check's figures
     *) echo "[test] unknown stage: $stage (lint fast integration e2e)" >&2; exit 2 ;;
   esac
 done

@@ -31,7 +31,7 @@ run_stage() {  # name, command...
 
 for stage in $stages; do
   case "$stage" in
-    lint) run_stage lint bash -c 'ruff check toolkit tests && ruff format --check toolkit tests' ;;
+    lint) run_stage lint bash -c 'ruff check toolkit tests scripts && ruff format --check toolkit tests scripts' ;;
     fast) run_stage fast pytest -m "not integration and not e2e" "$@" ;;
     integration) run_stage integration pytest -m "integration and not e2e" "$@" ;;
     # one pytest session per e2e tier: each boots, deploys and tears down its own hosts

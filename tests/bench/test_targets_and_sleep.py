@@ -67,6 +67,17 @@ def test_targets_met_and_missed():
     assert not [x for x in v if x.config == "C"]  # C was skipped: no verdicts
 
 
+def test_first_request_is_also_set_against_a_request_after_an_idle_pause():
+    a = step("C", "cold", first=21.0, steady=18.0)
+    b = step("C", "restart", first=16.0, steady=13.0)
+    a["single"]["after_idle_ms"] = 20.0
+    b["single"]["after_idle_ms"] = 16.5
+    by = {x.target: x for x in evaluate({"steps": [a, b]}, configs=("C",))}
+    first = by["first request after warm / steady TTFT (c=1)"]
+    assert first.met is False  # judged against back-to-back steady TTFT, as the target says
+    assert first.measured.endswith("vs a request after the idle pause 0.97-1.05x")
+
+
 def test_unmeasured_targets_are_not_judged():
     doc = {"steps": [step("B", "cold")]}
     by = {x.target: x for x in evaluate(doc)}

@@ -63,21 +63,29 @@ def ttft(base: str, ids: list[int]) -> float:
     raise RuntimeError("no token")
 
 
+def token_ids(first: int, length: int, vocab: int) -> list[int]:
+    """A prompt of exactly `length` token ids starting with `first` (distinct first tokens:
+    no prefix-cache hit between requests)."""
+    return [first] + [(first + 7 * k) % (vocab - 1000) + 500 for k in range(1, length)]
+
+
+def series(base: str, vocab: int, length: int, count: int, gap: float, seed: int) -> list[float]:
+    """TTFTs (ms) of `count` requests of `length` tokens, each after `gap` seconds of idleness."""
+    out = []
+    for n in range(seed, seed + count):
+        time.sleep(gap)
+        out.append(ttft(base, token_ids(1000 + (n * 389) % (vocab - 2000), length, vocab)))
+    return out
+
+
 def probe(base: str, vocab: int, salt: int) -> list[dict[str, object]]:
     rows = []
-    n = 0
-    for length in LENGTHS:
-        samples = []
-        for _ in range(REPEAT):
-            n += 1
-            first = 1000 + (salt * 997 + n * 131) % (vocab - 2000)  # distinct first token
-            ids = [first] + [(first + 7 * k) % (vocab - 1000) + 500 for k in range(1, length)]
-            samples.append(ttft(base, ids))
-        bucket = next((c for c in CAPTURE if c >= length), None)
+    for i, length in enumerate(LENGTHS):
+        samples = series(base, vocab, length, REPEAT, 0.0, (salt * len(LENGTHS) + i) * REPEAT)
         rows.append(
             {
                 "tokens": length,
-                "graph": bucket,
+                "graph": next((c for c in CAPTURE if c >= length), None),
                 "first_ms": samples[0],
                 "rest_median_ms": statistics.median(samples[1:]),
                 "samples_ms": samples,
@@ -89,15 +97,8 @@ def probe(base: str, vocab: int, salt: int) -> list[dict[str, object]]:
 def idle_probe(base: str, vocab: int) -> list[dict[str, object]]:
     """TTFT of a 131-token request after an idle gap of G seconds, G from 0 to 4 s."""
     rows = []
-    n = 0
-    for gap in GAPS:
-        samples = []
-        for _ in range(IDLE_REPEAT):
-            n += 1
-            first = 2000 + (n * 389) % (vocab - 4000)
-            ids = [first] + [(first + 7 * k) % (vocab - 1000) + 500 for k in range(1, 131)]
-            time.sleep(gap)
-            samples.append(ttft(base, ids))
+    for i, gap in enumerate(GAPS):
+        samples = series(base, vocab, 131, IDLE_REPEAT, gap, 100_000 + i * IDLE_REPEAT)
         rows.append({"gap_s": gap, "median_ms": statistics.median(samples), "samples_ms": samples})
     return rows
 

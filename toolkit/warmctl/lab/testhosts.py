@@ -259,6 +259,9 @@ def vllm_inventory(
         # a shared CPU: a first request of ~40 ms vs a steady ~20 ms is scheduling noise, not a
         # cold start; the absolute bound on the first request (1 s) still holds
         "vllm_verify_max_ratio": VERIFY_MAX_RATIO,
+        # the hosts share the controller's 2 cores: one host's verify (its API server and the
+        # client) starved the other's engine during its first request (699 ms vs 12.5 ms steady)
+        "vllm_verify_throttle": 1,
         **(group_vars or {}),
     }
     hosts: dict[str, dict[str, Any]] = {}

@@ -164,3 +164,20 @@ def test_inventory_thresholds_apply_unless_given(
     vllm_double.first_pending = True
     code, [r] = verify_json(run, vllm_double.address, "--steady", "3")
     assert code == 1 and r["thresholds"]["max_ratio"] == 2.0  # no inventory: the default
+
+
+def test_parallel_1_measures_one_host_after_the_other(run, vllm_double: VllmDouble) -> None:
+    vllm_double.config.first_ttft = 0.2
+    vllm_double.config.ttft = 0.2
+    hosts = (vllm_double.address, f"localhost:{vllm_double.port}")
+    t0 = time.monotonic()
+    code, reports = verify_json(run, *hosts, "--steady", "2", "--decode-tokens", "0",
+                                "--parallel", "1", "--max-ratio", "100")  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert code == 0 and [r["status"] for r in reports] == ["PASS", "PASS"]
+    assert elapsed >= 2 * 3 * 0.2  # two hosts x three requests, none overlapping
+
+
+def test_parallel_must_be_positive(run) -> None:
+    result = run("verify", "h1", "--parallel", "0")
+    assert result.exit_code == 2 and "--parallel" in result.output

@@ -20,10 +20,11 @@ from warmctl.target import DEFAULT_PORT, Target, parse_target
 
 INSTANCES_VAR = "vllm_service_instances"
 PORT_VAR = "warmctl_port"
-# the roles' verify thresholds (0 or unset: warmctl's defaults) -> Target.settings keys
+# the roles' verify settings (0 or unset: warmctl's defaults) -> Target.settings keys
 THRESHOLD_VARS = {
     "vllm_verify_max_first_ttft": "max_first_ttft",
     "vllm_verify_max_ratio": "max_ratio",
+    "vllm_verify_throttle": "parallel",  # hosts measured at once
 }
 SERVICE_PORT_VAR = "vllm_service_port"  # the roles' default port of an instance
 ADDRESS_VAR = "vllm_verify_address"  # the roles' override of the address to check

@@ -84,8 +84,18 @@ def resolve_targets(
     return unique
 
 
+DEFAULT_WORKERS = 16
+
+
+def inventory_parallel(targets: Sequence[Target]) -> int:
+    """Hosts to measure at once: the smallest `vllm_verify_throttle` the inventory gives the
+    targets (Target.settings "parallel"), else `DEFAULT_WORKERS`."""
+    given = [int(t.settings["parallel"]) for t in targets if t.settings.get("parallel")]
+    return max(1, min(given)) if given else DEFAULT_WORKERS
+
+
 def per_host(
-    targets: Sequence[Target], fn: Callable[[Target], T], workers: int = 16
+    targets: Sequence[Target], fn: Callable[[Target], T], workers: int = DEFAULT_WORKERS
 ) -> list[T | WarmctlError]:
     """Run `fn` for each target in parallel; a `WarmctlError` is returned in its slot."""
 

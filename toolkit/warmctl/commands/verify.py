@@ -75,6 +75,14 @@ from warmctl.target import Target
     help="A host asleep (in its sleep window) does not fail the run: it is reported ASLEEP, "
     "not measured, and exits 0 (a deploy inside a window uses this).",
 )
+@click.option(
+    "--parallel",
+    type=click.IntRange(min=1),
+    envvar="WARMCTL_VERIFY_PARALLEL",
+    help="Hosts measured at once (default: the inventory's vllm_verify_throttle, else 16). "
+    "Each measurement is a client on this machine: with few cores, fewer at a time keeps one "
+    "host's requests from delaying another's first request.",
+)
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -92,6 +100,7 @@ def command(
     ready_timeout: float,
     model: str | None,
     asleep_ok: bool,
+    parallel: int | None,
 ) -> None:
     """Measure first-request vs steady TTFT and decode speed; PASS/FAIL per host.
 
@@ -108,6 +117,7 @@ def command(
 
     def body() -> int:
         from warmctl.client import Client
+        from warmctl.options import inventory_parallel
         from warmctl.output import console, emit_json, error_line, ms, status_style, table
         from warmctl.verify import Thresholds, VerifyReport, exit_code, verify
 
@@ -141,6 +151,7 @@ def command(
                 ready_timeout=ready_timeout,
                 model=model,
             ),
+            workers=parallel or inventory_parallel(targets),
         )
         done = [
             r if isinstance(r, VerifyReport) else VerifyReport(t.label, error=str(r))

@@ -1,0 +1,50 @@
+"""Hosts measured at once: `per_host`'s worker bound and the inventory's vllm_verify_throttle."""
+
+import threading
+import time
+
+from warmctl.errors import WarmctlError
+from warmctl.inventory import targets_for_host
+from warmctl.options import DEFAULT_WORKERS, inventory_parallel, per_host
+from warmctl.target import parse_target
+
+
+def most_at_once(workers: int, n: int = 4) -> int:
+    lock, running, peak = threading.Lock(), [0], [0]
+
+    def fn(_target):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return "ok"
+
+    targets = [parse_target(f"h{i}") for i in range(n)]
+    assert per_host(targets, fn, workers=workers) == ["ok"] * n
+    return peak[0]
+
+
+def test_one_worker_measures_one_host_at_a_time() -> None:
+    assert most_at_once(1) == 1
+    assert most_at_once(4) > 1
+
+
+def test_an_error_stays_in_its_slot() -> None:
+    def fn(t):
+        if t.host == "bad":
+            raise WarmctlError("bad: connection refused")
+        return t.host
+
+    out = per_host([parse_target("a"), parse_target("bad")], fn, workers=1)
+    assert out[0] == "a" and isinstance(out[1], WarmctlError)
+
+
+def test_inventory_throttle_sets_the_hosts_measured_at_once() -> None:
+    one = targets_for_host("gpu-1", {"vllm_verify_throttle": 1})
+    three = targets_for_host("gpu-2", {"vllm_verify_throttle": "3"})
+    unset = targets_for_host("gpu-3", {"vllm_verify_throttle": 0})
+    assert inventory_parallel([*three, *unset]) == 3
+    assert inventory_parallel([*one, *three]) == 1  # the strictest host wins
+    assert inventory_parallel(unset) == DEFAULT_WORKERS

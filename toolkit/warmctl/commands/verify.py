@@ -104,7 +104,7 @@ def command(
 ) -> None:
     """Measure first-request vs steady TTFT and decode speed; PASS/FAIL per host.
 
-    Per host (all hosts in parallel): wait until ready; stream the first request (time to the
+    Per host (--parallel hosts at once): wait until ready; stream the first request (time to the
     first token that carries text, and total time); then --steady requests one at a time
     (median and p90 TTFT); then one longer generation (decode ms/token). Every request has a
     unique prefix so the prefix cache cannot flatter the numbers. PASS when the first TTFT is

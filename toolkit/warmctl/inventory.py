@@ -21,7 +21,7 @@ from warmctl.target import DEFAULT_PORT, Target, parse_target
 INSTANCES_VAR = "vllm_service_instances"
 PORT_VAR = "warmctl_port"
 # the roles' verify settings (0 or unset: warmctl's defaults) -> Target.settings keys
-THRESHOLD_VARS = {
+VERIFY_VARS = {
     "vllm_verify_max_first_ttft": "max_first_ttft",
     "vllm_verify_max_ratio": "max_ratio",
     "vllm_verify_throttle": "parallel",  # hosts measured at once
@@ -86,7 +86,7 @@ def _template(loader: Any, hv: dict[str, Any]) -> dict[str, Any]:
         PORT_VAR,
         INSTANCES_VAR,
         SERVICE_PORT_VAR,
-        *THRESHOLD_VARS,
+        *VERIFY_VARS,
     ):
         if key in hv:
             out[key] = templar.template(hv[key])
@@ -108,7 +108,7 @@ def targets_for_host(
 ) -> list[Target]:
     """The targets one inventory host stands for (pure: unit-testable without Ansible)."""
     address = str(hv.get(ADDRESS_VAR) or hv.get("ansible_host") or name)
-    settings = _thresholds(name, hv)
+    settings = _verify_settings(name, hv)
     instances = hv.get(INSTANCES_VAR)
     if instances:
         if not isinstance(instances, list):
@@ -127,9 +127,9 @@ def targets_for_host(
     return [target.with_name(name if address == name else f"{name}:{target.port}", settings)]
 
 
-def _thresholds(name: str, hv: dict[str, Any]) -> dict[str, float]:
+def _verify_settings(name: str, hv: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for var, key in THRESHOLD_VARS.items():
+    for var, key in VERIFY_VARS.items():
         if hv.get(var) in (None, ""):
             continue
         try:

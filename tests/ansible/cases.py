@@ -136,6 +136,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
         "cudagraph_capture_sizes a list of positive integers",
     ),
     "verify_throttle_negative": ({"vllm_verify_throttle": -1}, "vllm_verify_throttle must be 0"),
+    "verify_attempts_zero": ({"vllm_verify_attempts": 0}, "vllm_verify_attempts must be 1"),
     "port_clash": (
         {"vllm_service_instances": [OK_INSTANCE, {**OK_INSTANCE, "name": "other"}]},
         "share a name or a port",

@@ -36,13 +36,21 @@ def host(tmp_path: Path, **extra) -> dict:
 def test_verify_arguments_and_token(tmp_path):
     inventory = write_inventory(
         tmp_path / "inv.json",
-        {"h": host(tmp_path, vllm_verify_max_ratio=3, vllm_verify_api_key="s3cret")},
+        {
+            "h": host(
+                tmp_path,
+                vllm_verify_max_ratio=3,
+                vllm_verify_attempts=2,
+                vllm_verify_api_key="s3cret",
+            )
+        },
     )
     proc = run_playbook("tests/ansible/verify.yml", inventory)
     assert proc.returncode == 0, proc.stdout[-3000:]
     args = next(line for line in proc.stdout.splitlines() if "ARGS " in line)
     assert (
-        args.split("ARGS ", 1)[1] == "verify 10.0.0.9:8000 10.0.0.9:8001 --max-ratio 3 --asleep-ok"
+        args.split("ARGS ", 1)[1]
+        == "verify 10.0.0.9:8000 10.0.0.9:8001 --max-ratio 3 --attempts 2 --asleep-ok"
     )
     assert "KEY s3cret" in proc.stdout  # the token: environment only, never argv
 

@@ -3,6 +3,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.cli.test_cli_faults import closed_port
 from tests.double import VllmDouble
 
 
@@ -181,3 +182,59 @@ def test_parallel_1_measures_one_host_after_the_other(run, vllm_double: VllmDoub
 def test_parallel_must_be_positive(run) -> None:
     result = run("verify", "h1", "--parallel", "0")
     assert result.exit_code == 2 and "--parallel" in result.output
+
+
+def test_attempts_forgive_one_stall_and_keep_it(run, vllm_double: VllmDouble) -> None:
+    """A first request delayed once (a stall, not a cold server) fails attempt 1; attempt 2 is
+    measured and passes. The failed attempt stays in the report, table and JSON."""
+    vllm_double.config.first_ttft = 0.3
+    vllm_double.config.ttft = 0.02
+    args = ("--steady", "3", "--decode-tokens", "0", "--attempt-pause", "0")
+    code, [r] = verify_json(run, vllm_double.address, *args)
+    assert code == 1 and r["status"] == "FAIL" and r["attempt"] == 1  # one attempt: strict
+    vllm_double.first_pending = True
+    code, [r] = verify_json(run, vllm_double.address, *args, "--attempts", "3")
+    assert code == 0 and r["status"] == "PASS" and r["attempt"] == 2
+    (before,) = r["earlier_attempts"]
+    assert before["status"] == "FAIL" and before["first_ttft_s"] >= 0.3
+    assert any("first/steady TTFT" in reason for reason in before["reasons"])
+    vllm_double.first_pending = True
+    result = run("verify", vllm_double.address, *args, "--attempts", "3")
+    assert result.exit_code == 0
+    flat = " ".join(result.stdout.split())
+    assert "(attempt 2)" in flat and "attempt 1: first/steady TTFT" in flat
+
+
+def test_attempts_stop_at_the_limit_and_skip_errors(run, vllm_double: VllmDouble) -> None:
+    vllm_double.config.ttft = 0.02
+    before = vllm_double.counters.generations
+    code, [r] = verify_json(run, vllm_double.address, "--steady", "2", "--decode-tokens", "0",
+                            "--attempts", "3", "--attempt-pause", "0",
+                            "--max-steady-ttft", "0.001")  # fmt: skip
+    assert code == 1 and r["status"] == "FAIL" and r["attempt"] == 3
+    assert [e["status"] for e in r["earlier_attempts"]] == ["FAIL", "FAIL"]
+    assert vllm_double.counters.generations - before == 3 * (1 + 2)
+    # an unreachable host is an ERROR: measured once, not three times with pauses between
+    t0 = time.monotonic()
+    code, [r] = verify_json(run, f"127.0.0.1:{closed_port()}", "--attempts", "3",
+                            "--attempt-pause", "30", "--ready-timeout", "0")  # fmt: skip
+    assert code == 2 and r["status"] == "ERROR" and r["attempt"] == 1
+    assert time.monotonic() - t0 < 25
+
+
+def test_inventory_attempts_apply_unless_given(
+    run, vllm_double: VllmDouble, tmp_path: Path
+) -> None:
+    vllm_double.config.first_ttft = 0.3
+    vllm_double.config.ttft = 0.02
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(
+        f"[vllm]\nstall ansible_host=127.0.0.1 warmctl_port={vllm_double.port} "
+        "vllm_verify_attempts=2\n"
+    )
+    args = ("--steady", "3", "--decode-tokens", "0", "--attempt-pause", "0")
+    code, [r] = verify_json(run, "-i", str(inv), *args)
+    assert code == 0 and r["attempt"] == 2
+    vllm_double.first_pending = True
+    code, [r] = verify_json(run, "-i", str(inv), *args, "--attempts", "1")
+    assert code == 1 and r["attempt"] == 1  # the command line wins

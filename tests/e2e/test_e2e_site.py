@@ -99,15 +99,12 @@ def test_1_site_deploys_active_units_warmed_before_active(lab: Lab, first_deploy
 def test_2_warmctl_verify_from_the_controller_reads_the_inventory(
     lab: Lab, deployed: PlayRun, base_inventory
 ):
-    # no threshold flags: the CLI takes each host's vllm_verify_* from the inventory, as the play
-    # The first request is one sample, and these hosts share the controller's 2 cores: a host
-    # idle since the deploy once took 142 ms for it against a steady 9.7 ms (the absolute bound,
-    # 1 s, held). Three runs in a row failing is a real failure; each run is printed.
-    for attempt in range(1, 4):
-        run = warmctl("verify", "--inventory", str(base_inventory), log=lab.log)
-        print(f"verify --inventory run {attempt}: exit {run.rc}\n{run.output}")
-        if run.rc == 0:
-            break
+    # no flags: the CLI takes each host's vllm_verify_* from the inventory, as the play does: the
+    # ratio, one host at a time, and up to three attempts of a FAILing host (these hosts share
+    # the controller's 2 cores: a host idle since the deploy once took 142 ms for its first
+    # request against a steady 9.7 ms; the absolute bound, 1 s, held). Every attempt is shown.
+    run = warmctl("verify", "--inventory", str(base_inventory), log=lab.log)
+    print(f"verify --inventory: exit {run.rc}\n{run.output}")
     record("2. warmctl verify --inventory (2 hosts)", run.seconds)
     assert run.rc == 0, run.describe()
     for host in lab.fleet.hosts:

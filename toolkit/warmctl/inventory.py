@@ -25,6 +25,7 @@ VERIFY_VARS = {
     "vllm_verify_max_first_ttft": "max_first_ttft",
     "vllm_verify_max_ratio": "max_ratio",
     "vllm_verify_throttle": "parallel",  # hosts measured at once
+    "vllm_verify_attempts": "attempts",  # measurements of a FAILing host
 }
 SERVICE_PORT_VAR = "vllm_service_port"  # the roles' default port of an instance
 ADDRESS_VAR = "vllm_verify_address"  # the roles' override of the address to check

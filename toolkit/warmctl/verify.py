@@ -4,6 +4,10 @@ First request (streamed): TTFT and total time. Then N steady requests, one at a 
 and p90 TTFT. Then one longer generation: decode ms/token. Each request gets a unique prefix so
 the prefix cache cannot flatter the steady numbers. PASS when the first TTFT is within
 `max_first_ttft` and first/steady-median is within `max_ratio` (plus optional limits).
+
+`verify_attempts` measures again after a FAIL, up to N times, keeping every earlier attempt in
+the report: for hosts whose cores are shared, where one descheduling of the server during the
+single first request can fail a host that is warm.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +88,11 @@ class VerifyReport:
     thresholds: Thresholds = field(default_factory=Thresholds)
     error: str | None = None
     total_s: float = 0.0
+    earlier: list[VerifyReport] = field(default_factory=list)  # failed attempts before this one
+
+    @property
+    def attempt(self) -> int:
+        return len(self.earlier) + 1
 
     @property
     def first_ttft_s(self) -> float | None:
@@ -126,6 +136,8 @@ class VerifyReport:
             "decode_ms_per_token": self.decode_ms_per_token,
             "thresholds": self.thresholds.to_dict(),
             "total_s": self.total_s,
+            "attempt": self.attempt,
+            "earlier_attempts": [e.to_dict() for e in self.earlier],
             "samples": {
                 "first": self.first.to_dict() if self.first else None,
                 "steady": [r.to_dict() for r in self.steady],
@@ -219,6 +231,31 @@ def verify(
     )
     report.status = FAIL if report.reasons else PASS
     return report
+
+
+def verify_attempts(
+    client: Client,
+    *,
+    attempts: int = 1,
+    pause_s: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+    **kwargs: Any,
+) -> VerifyReport:
+    """`verify`, measured again after a FAIL (`pause_s` later), at most `attempts` times.
+
+    The host passes when an attempt passes. A later attempt's first request follows the earlier
+    attempt's requests: it tells a passing stall (a descheduled server on shared cores) from a
+    host that stays slow, not a cold server from a warm one, so 1 (the default) is the strict
+    gate. ERROR and ASLEEP are not measured again. Earlier attempts stay in `report.earlier`.
+    """
+    earlier: list[VerifyReport] = []
+    while True:
+        report = verify(client, **kwargs)
+        if report.status != FAIL or len(earlier) + 1 >= attempts:
+            report.earlier = earlier
+            return report
+        earlier.append(report)
+        sleep(pause_s)
 
 
 def exit_code(reports: list[VerifyReport], *, asleep_ok: bool = False) -> int:

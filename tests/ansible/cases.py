@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 NIGHTS = {"name": "nights", "sleep": "0 20 * * 1-5", "wake": "30 7 * * 1-5", "level": 1}
@@ -11,6 +12,14 @@ WEEKEND = {
     "wake": "Mon *-*-* 07:00:00",
     "level": 2,
 }
+
+
+def _example_group_vars() -> dict[str, Any]:
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "inventories/example/group_vars/vllm.yml"
+    return yaml.safe_load(path.read_text())
+
 
 # host name -> host vars (the test adds the paths of a temp root)
 GOOD: dict[str, dict[str, Any]] = {
@@ -95,6 +104,15 @@ GOOD: dict[str, dict[str, Any]] = {
                 "warmup_args": ["--max-batch", "4"],
             },
         ],
+    },
+    # the example fleet of inventories/example (what a user copies), on a GPU host
+    "example": {
+        **{
+            key: value
+            for key, value in _example_group_vars().items()
+            if key.startswith("vllm_service_") or key.startswith("vllm_schedule_")
+        },
+        "vllm_preflight_device_kind": "gpu",
     },
 }
 

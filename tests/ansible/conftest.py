@@ -13,7 +13,7 @@ import pytest
 import yaml
 from tests.ansible.cases import GOOD
 
-from warmctl.render import role_defaults
+from warmctl.roles import role_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -8,15 +8,10 @@ import sys
 
 from tests.ansible.conftest import BIN, ROOT, ansible_env
 
-ANSIBLE_PATHS = ["site.yml", "playbooks", "roles", "inventories", "tests/ansible"]
+ANSIBLE_PATHS = ["galaxy.yml", "meta", "playbooks", "roles", "inventories", "tests/ansible"]
+# the collection's playbooks, by the names a user runs them with
 PLAYBOOKS = [
-    "site.yml",
-    "playbooks/deploy.yml",
-    "playbooks/verify.yml",
-    "playbooks/restart.yml",
-    "playbooks/sleep.yml",
-    "playbooks/wake.yml",
-    "playbooks/warmup.yml",
+    f"warmctl.vllm.{name}" for name in ("site", "verify", "restart", "sleep", "wake", "warmup")
 ]
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.lib import model, vllmcpu
+from tests.lib.server import free_port
 
 from warmctl.cli import cli
-from warmctl.lab import model, vllmcpu
-from warmctl.lab.server import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import NOTES, TIMINGS, Lab, PlayRun, record
+from e2e_support import NOTES, PROJECT, TIMINGS, Lab, PlayRun, record
 
 HERE = Path(__file__).parent
 
@@ -47,7 +47,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture(scope="session")
 def lab_model() -> Path:
-    from warmctl.lab import model, vllmcpu
+    from tests.lib import model, vllmcpu
 
     t0 = time.monotonic()
     path = model.ensure_model(vllmcpu.ensure_venv())
@@ -57,7 +57,7 @@ def lab_model() -> Path:
 
 @pytest.fixture(scope="session")
 def lab_wheels() -> Any:
-    from warmctl.lab import wheelhouse
+    from tests.lib import wheelhouse
 
     t0 = time.monotonic()
     house = wheelhouse.build()
@@ -66,8 +66,21 @@ def lab_wheels() -> Any:
 
 
 @pytest.fixture(scope="session")
-def lab(lab_model: Path, lab_wheels: Any) -> Iterator[Lab]:
-    from warmctl.lab import testhosts, wheelhouse
+def collection_project() -> Any:
+    """The built collection installed with ansible-galaxy into a separate project folder: every
+    play of the e2e tiers runs there, as in a team's own Ansible repository."""
+    from tests.lib import collection
+
+    t0 = time.monotonic()
+    project = collection.project()
+    PROJECT["path"] = project.path
+    record("build + ansible-galaxy install the collection", time.monotonic() - t0)
+    return project
+
+
+@pytest.fixture(scope="session")
+def lab(lab_model: Path, lab_wheels: Any, collection_project: Any) -> Iterator[Lab]:
+    from tests.lib import testhosts, wheelhouse
 
     # inventories and the output of every command, kept after the run for a failure's story
     work = testhosts.cache_root() / "e2e"

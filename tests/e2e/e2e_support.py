@@ -10,10 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from warmctl.lab import testhosts
-from warmctl.lab.testhosts import Fleet, Host
+from tests.lib import testhosts
+from tests.lib.testhosts import Fleet, Host
 
 REPO = Path(__file__).resolve().parents[2]
+# where ansible-playbook runs: the user's project folder with the installed collection
+# (tests.lib.collection); set by the session fixture before any play
+PROJECT: dict[str, Path] = {}
 BIN = Path(sys.executable).parent
 INSTANCE = "tiny"
 UNIT = f"vllm-{INSTANCE}.service"
@@ -90,7 +93,7 @@ def _run(argv: list[str], log: Path, timeout: float) -> tuple[int, str, float]:
     try:
         done = subprocess.run(
             argv,
-            cwd=REPO,
+            cwd=PROJECT.get("path", REPO),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -109,8 +112,9 @@ def _run(argv: list[str], log: Path, timeout: float) -> tuple[int, str, float]:
 def _env() -> dict[str, str]:
     import os
 
+    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
     return {
-        **os.environ,
+        **env,
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
@@ -121,6 +125,9 @@ def _env() -> dict[str, str]:
 def ansible_playbook(
     inventory: Path, *args: str, log: Path, playbook: str = "site.yml", timeout: float = 1500
 ) -> PlayRun:
+    """`playbook`: the project's own site.yml, or a collection playbook (warmctl.vllm.restart)."""
+    if "path" not in PROJECT:
+        raise AssertionError("the e2e project (installed collection) is not set up")
     argv = [str(BIN / "ansible-playbook"), playbook, "-i", str(inventory), *args]
     rc, output, seconds = _run(argv, log, timeout)
     recap: dict[str, dict[str, int]] = {}

@@ -6,8 +6,7 @@ import subprocess
 import time
 
 import pytest
-
-from warmctl.lab import testhosts
+from tests.lib import testhosts
 
 
 @pytest.fixture

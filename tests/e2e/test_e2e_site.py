@@ -23,8 +23,7 @@ from e2e_support import (
     warmctl,
     xfail_if_known_reinstall,
 )
-
-from warmctl.lab.testhosts import DEFAULT_PORT, VERIFY_MAX_RATIO, Fleet, Host
+from tests.lib.testhosts import DEFAULT_PORT, VERIFY_MAX_RATIO, Fleet, Host
 
 # what `warmctl warmup` (ExecStartPost) logs when the server is warm
 WARMUP_DONE = re.compile(r": warm in [\d.]+ s")
@@ -128,6 +127,38 @@ def test_3_second_run_changes_nothing_and_check_mode_is_clean(
                 xfail_if_known_reinstall(run, host.name)
             tasks = run.changed_tasks(host.name)
             assert run.count(host.name, "changed") == 0, f"{what}: {host.name} changed {tasks}"
+
+
+def test_3b_hosts_run_the_collections_warmctl_installed_without_an_index(
+    lab: Lab, deployed: PlayRun, collection_project
+):
+    """Every host's /opt/warmctl is the collection's version, from the wheel the collection
+    carries: the wheelhouse the hosts use has no warmctl, and pip was told --no-index for it."""
+    want = collection_project.version()
+    assert collection_project.artifacts.wheel.name == f"warmctl-{want}-py3-none-any.whl"
+    for host in lab.fleet.hosts:
+        out = lab.fleet.ssh(host, "/opt/warmctl/bin/warmctl --version").stdout
+        print(f"{host.name}: {out.strip()} (collection {want})")
+        assert out.split()[-1] == want, out
+        meta = lab.fleet.ssh(
+            host, "/opt/warmctl/bin/python -c \"import importlib.metadata as m; "
+            "print(m.distribution('warmctl').read_text('direct_url.json') or '')\"",
+        ).stdout  # fmt: skip
+        assert "/var/lib/warmctl-dist/" in meta, meta  # installed from the copied wheel file
+
+
+def test_3c_tags_run_a_subset(lab: Lab, deployed: PlayRun, base_inventory):
+    """--tags vllm_verify: the preflight (always) and the verify, nothing else."""
+    run = lab.playbook(base_inventory, "--tags", "vllm_verify", stage="3c. --tags vllm_verify")
+    assert run.rc == 0, run.describe()
+    roles = {line.split("[", 1)[1].split(" : ")[0] for line in run.output.splitlines()
+             if line.startswith("TASK [") and " : " in line}  # fmt: skip
+    print(f"--tags vllm_verify ran tasks of: {sorted(roles)}")
+    assert "warmctl.vllm.vllm_verify" in roles or "vllm_verify" in roles, roles
+    assert not {r for r in roles if r.rsplit(".", 1)[-1] in (
+        "vllm_install", "vllm_service", "vllm_schedule", "vllm_proxy")}, roles  # fmt: skip
+    for host in lab.fleet.hosts:
+        assert run.count(host.name, "changed") == 0, run.recap
 
 
 # --------------------------------------------------------------------------- 4

@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from warmctl.render import host_variables, roles_dir
+from warmctl.render import host_variables
+from warmctl.roles import roles_dir
 
 
 def proxy_defaults() -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.ansible.conftest import run_playbook, write_inventory
-from warmctl.render import roles_dir
+from warmctl.roles import roles_dir
 
 NIGHTS = {"name": "nights", "sleep": "0 20 * * *", "wake": "0 7 * * *"}
 GPU_SLEEP = {"name": "qwen", "model": "/srv/m", "port": 8000, "windows": [NIGHTS]}

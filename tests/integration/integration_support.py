@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
-
-from warmctl.lab.server import VllmServer
+from tests.lib.server import VllmServer
 
 SERVED_NAME = "tiny"
 

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.lib import deps, model, vllmcpu
+from tests.lib.common import LabError
+from tests.lib.server import VllmServer
 
-from warmctl.lab import deps, model, vllmcpu
-from warmctl.lab.common import LabError
-from warmctl.lab.server import VllmServer
 from warmctl.procs import group_members
 
 FLAGS_AVX2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma\n"
@@ -49,8 +49,12 @@ def test_deps_unreadable_cpuinfo_fails(tmp_path: Path) -> None:
     assert "no CPU flags readable" in (deps.failure(checks) or "")
 
 
-def test_lab_check_command_passes_here(warmctl) -> None:
-    result = warmctl("lab", "check", "--json")
+def test_lab_check_command_passes_here() -> None:
+    from click.testing import CliRunner
+
+    from tests.lib.cli import command
+
+    result = CliRunner().invoke(command, ["check", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     names = {c["name"]: c["ok"] for c in json.loads(result.stdout)}
     assert names.keys() >= {"os", "arch", "python", "avx2", "disk", "memory"}

@@ -8,9 +8,8 @@ import time
 import pytest
 import requests
 from integration_support import SERVED_NAME, TtftHistogram, is_sleeping, ttft_histogram
-
-from warmctl.lab.server import VllmServer
-from warmctl.lab.testhosts import VERIFY_MAX_RATIO
+from tests.lib.server import VllmServer
+from tests.lib.testhosts import VERIFY_MAX_RATIO
 
 pytestmark = pytest.mark.integration
 

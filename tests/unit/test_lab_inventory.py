@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-
-from warmctl.lab import testhosts
+from tests.lib import testhosts
 
 ROLE_DEFAULTS = Path(__file__).parents[2] / "roles/vllm_service/defaults/main.yml"
 

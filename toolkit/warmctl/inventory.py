@@ -3,7 +3,8 @@ plugin ansible-playbook accepts, group_vars/host_vars beside it included).
 
 Per host: the address is `vllm_verify_address`, else `ansible_host`, else the inventory name.
 Ports: one target per item of `vllm_service_instances` (the roles' list of dicts with `name` and
-`port`; unset: `vllm_service_port`, else 8000), else `warmctl_port`, else the default port.
+`port`; unset: `vllm_service_port`, else the roles' default: warmctl.facts decides), else
+`warmctl_port`, else the default port.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from warmctl.errors import WarmctlError
+from warmctl.facts import instance_facts
 from warmctl.target import DEFAULT_PORT, Target, parse_target
 
 INSTANCES_VAR = "vllm_service_instances"
@@ -115,11 +117,17 @@ def targets_for_host(
         if not isinstance(instances, list):
             raise WarmctlError(f"{name}: {INSTANCES_VAR} must be a list", kind="input")
         targets = []
-        base_port = hv.get(SERVICE_PORT_VAR, default_port)
         for i, inst in enumerate(instances):
             if not isinstance(inst, dict):
                 raise WarmctlError(f"{name}: {INSTANCES_VAR}[{i}] is not a dict", kind="input")
-            port = _port(inst.get("port", base_port), f"{name} {INSTANCES_VAR}[{i}]")
+            where = f"{name} {INSTANCES_VAR}[{i}]"
+            try:  # the clients' port, by the roles' own rule (warmctl.facts)
+                port = _port(instance_facts(inst, hv).port, where)
+            except ValueError:
+                raise WarmctlError(
+                    f"{where}: port {inst.get('port', hv.get(SERVICE_PORT_VAR))!r} is not a number",
+                    kind="input",
+                ) from None
             base = parse_target(address, default_port=port)
             targets.append(base.with_name(f"{name}/{inst.get('name', i)}", settings))
         return targets

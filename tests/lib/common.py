@@ -17,7 +17,7 @@ class LabError(RuntimeError):
 
 
 def repo_root() -> Path:
-    return Path(__file__).resolve().parents[3]
+    return Path(__file__).resolve().parents[2]
 
 
 def cache_root() -> Path:
@@ -28,7 +28,7 @@ def cache_root() -> Path:
 
 def toolkit_dir() -> Path:
     """The folder that holds the `warmctl` package (for PYTHONPATH in the lab venv)."""
-    return Path(__file__).resolve().parents[2]
+    return repo_root() / "toolkit"
 
 
 def log(message: str) -> None:
@@ -54,7 +54,7 @@ def file_lock(path: Path, what: str) -> Iterator[None]:
 
 
 def run_cli(cli: Any, argv: Sequence[str] | None = None) -> int:
-    """Run a lab module's click group (`python -m warmctl.lab.X`): a `LabError` or a usage
+    """Run a lab module's click group (`python -m tests.lib.X`): a `LabError` or a usage
     error is one line on stderr and a non-zero exit, never a traceback."""
     import click
 

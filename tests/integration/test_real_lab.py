@@ -51,7 +51,6 @@ def test_deps_unreadable_cpuinfo_fails(tmp_path: Path) -> None:
 
 def test_lab_check_command_passes_here() -> None:
     from click.testing import CliRunner
-
     from tests.lib.cli import command
 
     result = CliRunner().invoke(command, ["check", "--json"], catch_exceptions=False)

@@ -54,3 +54,23 @@ def test_example_inventory_passes_preflight_validation():
 def test_roles_doc_is_current():
     proc = run(sys.executable, "scripts/roles_doc.py", "--check")
     assert proc.returncode == 0, proc.stdout
+
+
+def _listed_roles(*tags: str) -> set[str]:
+    inventory = str(ROOT / "inventories" / "example")
+    proc = run(str(BIN / "ansible-playbook"), "--list-tasks", "-i", inventory,
+               "warmctl.vllm.site", *tags)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {
+        line.strip().split(" : ")[0].rsplit(".", 1)[-1]
+        for line in proc.stdout.splitlines()
+        if " : " in line and "Validating arguments" not in line
+    }
+
+
+def test_tags_select_role_stages():
+    assert _listed_roles() >= {"vllm_preflight", "vllm_install", "vllm_service", "vllm_verify"}
+    # the preflight runs whatever the tags: nothing changes on a host before it
+    assert _listed_roles("--tags", "vllm_install") == {"vllm_preflight", "vllm_install"}
+    assert _listed_roles("--tags", "vllm_install_venv") == {"vllm_preflight", "vllm_install"}
+    assert "vllm_verify" not in _listed_roles("--skip-tags", "vllm_verify")

@@ -297,6 +297,8 @@ def _shown(key: str) -> bool:
         "TRITON_",
         "TORCH",
         "CUDA_",
+        "NCCL_",
+        "NVSHMEM_",
         "HF_",
         "TRANSFORMERS_",
         "XDG_CACHE",

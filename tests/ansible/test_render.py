@@ -82,6 +82,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "CUDA_VISIBLE_DEVICES": "0,1",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "VLLM_SERVER_DEV_MODE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "VLLM_DO_NOT_TRACK": "1",

@@ -1,14 +1,18 @@
 """A is plain `vllm serve`; B and C start exactly what warmctl.render renders for the unit."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from warmctl.bench import configs
 from warmctl.bench.runner import parse_plan
+from warmctl.cli import cli
 from warmctl.errors import WarmctlError
 from warmctl.render import render_instance
+from warmctl.unitfile import unit_values
 
 
 @pytest.fixture
@@ -109,3 +113,50 @@ def test_plan_parsing():
         parse_plan("A,D", table)
     with pytest.raises(WarmctlError, match="bad plan item"):
         parse_plan("B+nap", table)
+
+
+MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+
+def test_tensor_parallel_spreads_every_config_over_the_gpus(site):
+    """TP=2 (docs/BENCHMARKS.md, "TP=2"): A is `vllm serve --tensor-parallel-size 2`; B and C
+    are the unit an inventory with `tensor_parallel_size: 2, gpus: [0, 1]` renders; the
+    machine's env (NVLink multicast off) reaches all three."""
+    tp = configs.Site(**{**site.__dict__, "tensor_parallel_size": 2, "extra_env": MULTICAST_OFF})
+    table = configs.standard()
+    a = table["A"].launch(tp, tp.workdir / "t0").spec
+    assert a.argv[a.argv.index("--tensor-parallel-size") + 1] == "2"
+    assert "CUDA_VISIBLE_DEVICES" not in a.env or a.env["CUDA_VISIBLE_DEVICES"] == os.environ.get(
+        "CUDA_VISIBLE_DEVICES"
+    )
+    for key in ("B", "C"):
+        cfg = table[key]
+        inst = cfg.instance(tp)
+        assert inst["tensor_parallel_size"] == 2 and inst["gpus"] == [0, 1]
+        rendered = render_instance(inst, host=cfg.hostvars(tp))
+        launch = cfg.launch(tp, tp.workdir / f"t-{key}")
+        assert launch.spec.argv == rendered.argv
+        assert launch.spec.argv[launch.spec.argv.index("--tensor-parallel-size") + 1] == "2"
+        assert launch.spec.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+        assert launch.spec.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        assert launch.sleep  # sleep/wake with two workers is part of the plan
+        allowed = unit_values(rendered.unit_text, "Service", "DeviceAllow")
+        assert {"/dev/nvidia0 rw", "/dev/nvidia1 rw"} <= set(allowed)
+    for spec in (a, table["B"].launch(tp, tp.workdir / "t1").spec):
+        assert {k: spec.env[k] for k in MULTICAST_OFF} == MULTICAST_OFF
+    one = table["B"].launch(site, site.workdir / "t2").spec  # the default stays one GPU
+    assert "--tensor-parallel-size" not in one.argv and "CUDA_VISIBLE_DEVICES" not in one.env
+
+
+def test_bad_tensor_parallel_size_is_one_line(tmp_path):
+    result = CliRunner().invoke(
+        cli,
+        ["bench", "--model", "m", "--out", str(tmp_path), "--tensor-parallel-size", "0"],
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == "warmctl bench: --tensor-parallel-size 0: expected 1 or more"
+    assert not (tmp_path / "work").exists()

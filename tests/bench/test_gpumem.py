@@ -38,3 +38,14 @@ def test_no_nvidia_smi_means_no_figures(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert not gpumem.available()
     assert gpumem.read([1]) is None and gpumem.gpu_name() is None
+
+
+def test_two_gpus_are_summed_and_kept_apart(fake_smi):
+    """A tensor-parallel server spreads over every GPU: the figure is the machine's."""
+    fake_smi.write_text(
+        SCRIPT.replace('echo "133971, 143771"', "printf '70100, 143771\\n69900, 143771\\n'")
+    )
+    mem = gpumem.read([4242, 4243])
+    assert (mem.used_mib, mem.total_mib) == (140000, 287542)
+    assert mem.per_gpu_used_mib == (70100, 69900)
+    assert mem.procs_mib == 133500

@@ -1,5 +1,7 @@
 """The issue's targets on a benchmark document, and the sleep cycle against a scripted server."""
 
+import dataclasses
+
 import pytest
 
 from warmctl.bench import sleepcycle
@@ -88,10 +90,12 @@ def test_unmeasured_targets_are_not_judged():
 class ScriptedApi:
     """Stands in for a sleep-mode server: records the calls, asleep between sleep and wake."""
 
-    def __init__(self, stays_awake=False):
+    def __init__(self, stays_awake=False, garbles_after_wake=False):
         self.calls = []
         self.asleep = False
         self.stays_awake = stays_awake
+        self.garbles_after_wake = garbles_after_wake
+        self.woken = False
 
     def sleep(self, level):
         self.calls.append(("sleep", level))
@@ -106,11 +110,13 @@ class ScriptedApi:
     def wake(self, level):
         self.calls.append(("wake", level))
         self.asleep = False
+        self.woken = True
         return {"steps": [{"name": "warmup", "seconds": 0.1}]}
 
     def wake_route(self, level):
         self.calls.append(("wake_route", level))
         self.asleep = False
+        self.woken = True
         return {}
 
     def is_sleeping(self):
@@ -118,7 +124,9 @@ class ScriptedApi:
 
     def complete(self, prompt, max_tokens, ignore_eos=False):
         assert not self.asleep, "a request reached a sleeping server"
-        return Sample(0.02, 0.03, max_tokens, 100, 1.0)
+        garbled = self.garbles_after_wake and self.woken
+        text = "!!!!" if garbled else f"answer to {prompt[:24]}"
+        return Sample(0.02, 0.03, max_tokens, 100, 1.0, text)
 
 
 def test_cycle_sleeps_wakes_then_measures_the_first_request():
@@ -129,6 +137,17 @@ def test_cycle_sleeps_wakes_then_measures_the_first_request():
     assert res.wake_to_first_token_s == pytest.approx(res.wake_s + 0.02)
     assert res.wake_detail["steps"][0]["name"] == "warmup"
     assert res.freed_fraction is None  # no GPU here
+
+
+def test_cycle_checks_the_output_after_the_wake():
+    """The same greedy prompt before the sleep and after the wake: a server that answers it
+    differently after the wake (bad reload, stale prefix cache) is recorded as such."""
+    good = sleepcycle.cycle(ScriptedApi(), Counter(), 2, "warmctl", list, None, after=2)
+    assert good.output_same and good.output_before.startswith("answer to Output check")
+    bad = sleepcycle.cycle(
+        ScriptedApi(garbles_after_wake=True), Counter(), 2, "warmctl", list, None, after=2
+    )
+    assert not bad.output_same and bad.output_after == "!!!!"
 
 
 def test_cycle_route_variant_uses_the_bare_routes():
@@ -145,3 +164,18 @@ def test_cycle_fails_when_the_server_does_not_sleep():
 def test_freed_fraction_is_of_the_servers_own_memory():
     c = sleepcycle.SleepCycle(1, "route", 1.0, 0.4, 20.0, 0.42, 20.0, 134_000, 1_400, 400)
     assert c.freed_fraction == pytest.approx((134_000 - 1_400) / (134_000 - 400))
+
+
+def test_sleep_table_shows_the_output_check():
+    from rich.console import Console
+
+    from warmctl.bench.report import sleep_table
+
+    rows = []
+    for api in (ScriptedApi(), ScriptedApi(garbles_after_wake=True)):
+        res = sleepcycle.cycle(api, Counter(), 1, "route", list, None, after=1)
+        rows.append(dataclasses.asdict(res) | {"output_same": res.output_same})
+    console = Console(record=True, width=200)
+    console.print(sleep_table({"steps": [{"name": "2-C-cold", "sleep": rows}]}))
+    text = console.export_text()
+    assert text.count("same") == 1 and text.count("DIFFERS") == 1

@@ -27,6 +27,16 @@ MATRIX: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"name": "plain", "model": "/srv/models/plain", "port": 8100},
         {"vllm_preflight_device_kind": "gpu", "vllm_proxy_enabled": "auto"},
     ),
+    "gpu-tp2-sleep": (
+        {"name": "big", "model": "/srv/models/big", "port": 8200, "gpus": [0, 1],
+         "tensor_parallel_size": 2, "windows": [NIGHTS]},
+        {"vllm_preflight_device_kind": "gpu", "vllm_proxy_enabled": "auto"},
+    ),
+    "gpu-tp2-plain": (
+        {"name": "big", "model": "/srv/models/big", "port": 8200, "gpus": [0, 1],
+         "tensor_parallel_size": 2},
+        {"vllm_preflight_device_kind": "gpu", "vllm_proxy_enabled": "auto"},
+    ),
     "cpu": (
         {"name": "tiny", "model": "/srv/models/tiny", "port": 8000, "windows": [NIGHTS]},
         {"vllm_preflight_device_kind": "cpu", "vllm_proxy_enabled": "auto"},
@@ -73,6 +83,38 @@ def test_systemd_analyze_security_exposure(name: str, tmp_path: Path) -> None:
         print(f"systemd-analyze security {unit} ({name}): {value:.1f}")
     assert figures[r.unit_name] <= MAX_EXPOSURE
     assert all(v <= MAX_EXPOSURE for v in figures.values()), figures
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
+@pytest.mark.parametrize("name", sorted(MATRIX))
+def test_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
+    """Every unit and timer of the instance passes `systemd-analyze verify` without one warning.
+    The venvs and the config folder point into tmp_path, where their executables exist."""
+    instance, host = MATRIX[name]
+    for exe in ("vllm/bin/python", "warmctl/bin/warmctl"):
+        (tmp_path / exe).parent.mkdir(parents=True)
+        (tmp_path / exe).write_text("#!/bin/sh\n")
+        (tmp_path / exe).chmod(0o755)
+    places = {
+        "vllm_install_venv": str(tmp_path / "vllm"),
+        "vllm_install_warmctl_venv": str(tmp_path / "warmctl"),
+        "vllm_service_config_dir": str(tmp_path / "etc"),
+        "vllm_service_unit_dir": str(tmp_path / "units"),
+    }
+    r = render_instance(instance, {**host, **places})
+    for path, text in r.files.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+        if path.endswith(".sh"):
+            Path(path).chmod(0o755)
+    units = sorted(p for p in r.files if p.endswith((".service", ".timer")))
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *units],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path / 'units'}:"},
+    )  # fmt: skip
+    print(f"systemd-analyze verify ({name}): {len(units)} files, exit {proc.returncode}")
+    assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
 
 
 def test_dev_mode_binds_loopback_and_proxy_takes_the_port() -> None:
@@ -167,3 +209,79 @@ def test_window_firing_while_the_instance_is_down_does_nothing(tmp_path: Path, s
             continue
         assert proc.returncode == 1  # 1-254: systemd skips the unit, it does not fail it
         assert proc.stderr.strip() == f"{r.unit_name} is {state}: sleep of window nights skipped"
+
+
+# What tensor parallel needs from the unit's syscall filter (docs/SECURITY.md, "Tensor parallel"):
+# each call with who makes it. NCCL and torch's symmetric memory pass CUDA memory handles (file
+# descriptors) over AF_UNIX sockets with SCM_RIGHTS, never with pidfd_getfd or ptrace.
+TP_SYSCALLS = {
+    "socket": "AF_UNIX/AF_INET sockets: ZMQ, NCCL bootstrap and proxy, gloo, TCPStore",
+    "socketpair": "multiprocessing pipes",
+    "sendmsg": "SCM_RIGHTS: NCCL's IPC socket, torch symmetric memory's IpcChannel",
+    "recvmsg": "SCM_RIGHTS, the receiving side",
+    "bind": "NCCL's abstract AF_UNIX socket, ZMQ ipc:// and tcp:// endpoints",
+    "ioctl": "the CUDA driver (/dev/nvidia*)",
+    "mmap": "CUDA, /dev/shm segments",
+    "madvise": "allocators",
+    "ftruncate": "multiprocessing.shared_memory (vLLM's MessageQueue ring buffers)",
+    "fallocate": "NCCL's /dev/shm/nccl-* segments",
+    "get_mempolicy": "cuMem host allocations (NCCL falls back to /dev/shm without it)",
+    "sched_setaffinity": "NCCL pins its threads to the GPU's CPUs",
+    "clone": "fork of the EngineCore and the TP workers",
+    "clone3": "threads (glibc)",
+    "futex": "locks, the workers' shared lock",
+    "eventfd2": "ZMQ",
+    "epoll_wait": "ZMQ, asyncio",
+}
+# denied: nothing of the above uses them (SystemCallErrorNumber=EPERM keeps a denial visible)
+TP_DENIED = ("pidfd_getfd", "ptrace", "mount", "setuid", "bpf")
+
+
+def syscall_set(groups: list[str], seen: dict[str, set[str]]) -> set[str]:
+    """The system calls of `groups` (names or @groups), expanded by systemd-analyze itself."""
+    out: set[str] = set()
+    for item in groups:
+        if not item.startswith("@"):
+            out.add(item)
+            continue
+        if item not in seen:
+            proc = subprocess.run(
+                ["systemd-analyze", "syscall-filter", "--no-pager", item],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            lines = [line.strip() for line in proc.stdout.splitlines()[1:]]
+            seen[item] = set()  # a group listed inside itself ends here
+            seen[item] = syscall_set([w for w in lines if w and not w.startswith("#")], seen)
+        out |= seen[item]
+    return out
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
+def test_tensor_parallel_unit_lets_nccl_and_the_workers_talk() -> None:
+    r = rendered("gpu-tp2-sleep")
+    unit = r.unit_text
+    assert r.argv[r.argv.index("--tensor-parallel-size") + 1] == "2"
+    assert r.env["CUDA_VISIBLE_DEVICES"] == "0,1" and r.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    allowed = unit_values(unit, "Service", "DeviceAllow")
+    for device in ("/dev/nvidia0 rw", "/dev/nvidia1 rw", "/dev/nvidiactl rw", "/dev/nvidia-uvm rw"):
+        assert device in allowed, allowed
+    # sockets: ZMQ ipc:// and NCCL's abstract socket (AF_UNIX), gloo/TCPStore/NCCL bootstrap
+    # (AF_INET/6), getifaddrs() in NCCL's interface search (AF_NETLINK)
+    families = set(unit_values(unit, "Service", "RestrictAddressFamilies")[0].split())
+    assert {"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"} <= families
+    # one /tmp for all processes of the unit (ZMQ ipc:// paths, torch's symm_mem-PID sockets);
+    # /dev/shm stays the host's writable tmpfs: no PrivateIPC, no PrivateDevices on GPU hosts
+    assert unit_values(unit, "Service", "PrivateTmp") == ["yes"]
+    assert unit_values(unit, "Service", "ProtectSystem") == ["strict"]  # /dev is exempt
+    for absent in ("PrivateIPC", "PrivateDevices", "MemoryDenyWriteExecute", "PrivateNetwork"):
+        assert not unit_values(unit, "Service", absent), absent
+    assert unit_values(unit, "Service", "RemoveIPC") == ["yes"]  # at the user's last unit stop
+    filters = unit_values(unit, "Service", "SystemCallFilter")
+    seen: dict[str, set[str]] = {}
+    allow = syscall_set(next(f for f in filters if not f.startswith("~")).split(), seen)
+    deny = syscall_set(next(f for f in filters if f.startswith("~"))[1:].split(), seen)
+    permitted = allow - deny
+    missing = {call: why for call, why in TP_SYSCALLS.items() if call not in permitted}
+    print(f"syscall filter: {len(permitted)} calls permitted; TP needs {len(TP_SYSCALLS)}")
+    assert not missing, missing
+    assert not set(TP_DENIED) & permitted

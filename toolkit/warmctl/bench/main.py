@@ -38,6 +38,7 @@ def run(
     served_name: str,
     extra_args: tuple[str, ...],
     extra_env: dict[str, str],
+    tensor_parallel_size: int,
     c_capture_sizes: tuple[int, ...] | None,
     c_gpu_memory_utilization: float | None,
     idle_gap: float,
@@ -51,6 +52,10 @@ def run(
 ) -> dict[str, Any]:
     if device == "auto":
         device = "gpu" if gpumem.available() else "cpu"
+    if tensor_parallel_size < 1:
+        raise WarmctlError(
+            f"--tensor-parallel-size {tensor_parallel_size}: expected 1 or more", kind="input"
+        )
     if single_n < 2 or bursts_n < 2 or burst_width < 1:
         raise WarmctlError(
             "--requests and --bursts need at least 2 (a first and a steady one)", kind="input"
@@ -75,6 +80,7 @@ def run(
         warmctl_venv=shims.warmctl_venv(work / "warmctl-venv"),
         extra_args=extra_args,
         extra_env=extra_env,
+        tensor_parallel_size=tensor_parallel_size,
     )
     table = configs.standard(c_capture_sizes or configs.C_CAPTURE_SIZES, c_gpu_memory_utilization)
     steps = parse_plan(plan, table)
@@ -87,6 +93,7 @@ def run(
         "model": model_ref,
         "model_config": _model_config(model_path),
         "plan": plan,
+        "tensor_parallel_size": tensor_parallel_size,
         "configs": {
             k: {
                 "title": c.title,

@@ -115,6 +115,7 @@ def sleep_table(doc: dict[str, Any]) -> Table | None:
         "1st TTFT ms",
         "wake->token s",
         "steady ms",
+        "output",
     ):
         t.add_column(col, justify="left" if col in ("start", "how") else "right")
     for name, c in rows:
@@ -124,7 +125,7 @@ def sleep_table(doc: dict[str, Any]) -> Table | None:
                 _f(c.get("level"), "{}"),
                 c.get("how", "-"),
                 c.get("error") or c.get("skipped"),
-                *[""] * 7,
+                *[""] * 8,
             )
             continue
         t.add_row(
@@ -139,6 +140,7 @@ def sleep_table(doc: dict[str, Any]) -> Table | None:
             _f(c["first_ttft_ms"]),
             _f(c["wake_to_first_token_s"], "{:.3f}"),
             _f(c["steady_after_ms"]),
+            {True: "same", False: "DIFFERS"}.get(c.get("output_same"), "-"),
         )
     return t
 

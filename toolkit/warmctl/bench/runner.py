@@ -272,10 +272,14 @@ class Runner:
                 continue
             jit = serve_jit_events(server.lines(), t, server.elapsed() + 1)
             res = dataclasses.replace(res, jit_events=jit)
-            out.append(dataclasses.asdict(res) | {"freed_fraction": res.freed_fraction})
+            out.append(
+                dataclasses.asdict(res)
+                | {"freed_fraction": res.freed_fraction, "output_same": res.output_same}
+            )
             self.echo(
                 f"[bench]   sleep L{level} ({how}): sleep {res.sleep_s:.2f} s, wake "
-                f"{res.wake_s:.2f} s, wake->first token {res.wake_to_first_token_s:.3f} s"
+                f"{res.wake_s:.2f} s, wake->first token {res.wake_to_first_token_s:.3f} s, "
+                f"output {'same' if res.output_same else 'DIFFERS'} after the wake"
             )
         return out
 
@@ -297,6 +301,8 @@ def _shown(key: str) -> bool:
         "TRITON_",
         "TORCH",
         "CUDA_",
+        "NCCL_",
+        "NVSHMEM_",
         "HF_",
         "TRANSFORMERS_",
         "XDG_CACHE",

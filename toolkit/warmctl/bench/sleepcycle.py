@@ -1,5 +1,7 @@
 """Sleep and wake one running server and measure it: time to sleep, GPU memory serving vs asleep,
-time to wake (with warmctl's reload + warmup, or the bare route), the first request after."""
+time to wake (with warmctl's reload + warmup, or the bare route), the first request after, and
+an output check: one fixed greedy prompt answered the same before the sleep and after the wake
+(a wrong weight reload or a prefix cache that outlived its KV blocks answers differently)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ from warmctl.bench.api import Api
 from warmctl.bench.measure import Counter
 from warmctl.bench.prompts import prompt
 from warmctl.errors import WarmctlError
+
+CHECK_PROMPT = "Output check. Repeat the numbers one to twenty: one, two, three,"
+CHECK_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,12 @@ class SleepCycle:
     jit_events: int = 0
     sleep_detail: dict[str, Any] = field(default_factory=dict)  # warmctl's reports
     wake_detail: dict[str, Any] = field(default_factory=dict)
+    output_before: str = ""  # CHECK_PROMPT's greedy completion before the sleep
+    output_after: str = ""  # and after the wake, once the measured requests are done
+
+    @property
+    def output_same(self) -> bool:
+        return self.output_after == self.output_before
 
     @property
     def freed_fraction(self) -> float | None:
@@ -52,6 +63,7 @@ def cycle(
     mem_idle_mib: int | None,
     after: int = 5,
 ) -> SleepCycle:
+    before = api.complete(CHECK_PROMPT, CHECK_TOKENS, ignore_eos=True).text
     serving = gpumem.read(pids())
     t = time.monotonic()
     sleep_detail = api.sleep_route(level) if how == "route" else api.sleep(level)
@@ -66,6 +78,7 @@ def cycle(
     first = api.complete(prompt(counter.next()), 8)
     wake_to_first = wake_s + first.ttft_s  # the request left right after the wake returned
     later = [api.complete(prompt(counter.next()), 8).ttft_s * 1000.0 for _ in range(after)]
+    after_text = api.complete(CHECK_PROMPT, CHECK_TOKENS, ignore_eos=True).text
     return SleepCycle(
         level=level,
         how=how,
@@ -79,4 +92,6 @@ def cycle(
         mem_idle_mib=mem_idle_mib,
         sleep_detail=sleep_detail,
         wake_detail=wake_detail,
+        output_before=before,
+        output_after=after_text,
     )

@@ -89,6 +89,14 @@ def _parse_sizes(text: str) -> tuple[int, ...]:
 )
 @click.option("--env", "envs", multiple=True, help="KEY=VALUE every configuration gets.")
 @click.option(
+    "--tensor-parallel-size",
+    type=int,
+    default=1,
+    show_default=True,
+    help="GPUs per server: A gets --tensor-parallel-size N, B and C the instance keys "
+    "tensor_parallel_size: N and gpus: [0..N-1].",
+)
+@click.option(
     "--c-capture-sizes",
     default=None,
     help="C's cudagraph_capture_sizes (default 1,2,4,8,16,24,32,48,...,384,512).",
@@ -141,6 +149,7 @@ def command(
     served_name: str,
     args: tuple[str, ...],
     envs: tuple[str, ...],
+    tensor_parallel_size: int,
     c_capture_sizes: str | None,
     c_gpu_memory_utilization: float | None,
     idle_gap: float,
@@ -176,6 +185,7 @@ def command(
             served_name=served_name,
             extra_args=args,
             extra_env=_parse_env(envs),
+            tensor_parallel_size=tensor_parallel_size,
             c_capture_sizes=_parse_sizes(c_capture_sizes) if c_capture_sizes else None,
             c_gpu_memory_utilization=c_gpu_memory_utilization,
             idle_gap=idle_gap,

@@ -29,7 +29,7 @@ import pytest
 from tests.e2e.e2e_support import ansible_playbook
 from tests.hardening.test_e2e_proxy import PROXY_VARS, deployed, lab  # noqa: F401
 from tests.hardening.test_units import MATRIX, MAX_EXPOSURE
-from warmctl.lab import testhosts
+from tests.lib import testhosts
 from warmctl.render import render_instance
 
 pytestmark = [

@@ -169,11 +169,16 @@ class Client:
     """One vLLM server. Thread-safe: each thread gets its own HTTP session."""
 
     def __init__(
-        self, target: Target, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT
+        self,
+        target: Target,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.target = target
         self.api_key = api_key or None
         self.timeout = timeout
+        self.headers = dict(headers or {})
         self._local = threading.local()
         self._env_cache: dict[str, Any] | None = None
 
@@ -184,6 +189,7 @@ class Client:
         if sess is None:
             sess = requests.Session()
             sess.headers["User-Agent"] = "warmctl"
+            sess.headers.update(self.headers)
             if self.api_key:
                 sess.headers["Authorization"] = f"Bearer {self.api_key}"
             self._local.session = sess

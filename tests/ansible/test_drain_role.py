@@ -99,3 +99,26 @@ def test_verify_puts_the_instances_back_into_rotation_only_when_it_passed(tmp_pa
     passed = run_playbook("tests/ansible/verify.yml", inventory)
     assert passed.returncode == 0, passed.stdout[-3000:]
     assert list(gate.iterdir()) == []
+
+
+def test_the_restart_handler_drains_then_restarts(tmp_path, vllm_double):
+    """vllm_service's handler (what a deploy notifies) runs the role's restart task file: the
+    drain first, then the restart. This machine runs no vllm-a.service, so the restart itself
+    fails, after the drain closed the gate."""
+    host = drain_host(
+        tmp_path,
+        vllm_double,
+        vllm_service_restart_names=["a"],
+        vllm_service_unit_dir=str(tmp_path),
+        vllm_service_config_dir=str(tmp_path),
+    )
+    inventory = write_inventory(tmp_path / "inv.json", {"h": host})
+    proc = run_playbook("tests/ansible/restart_handler.yml", inventory)
+    out = proc.stdout
+    assert proc.returncode != 0
+    assert out.count("drained in") == 1, out[-3000:]  # by the handler only
+    drained = out.index(f"127.0.0.1:{vllm_double.port}: drained in")
+    restart = out.index("RUNNING HANDLER [vllm_service : Restart them")
+    assert drained < restart, out[-3000:]
+    assert "failed=1" in out[restart:]
+    assert (tmp_path / "gate" / "a.draining").exists()

@@ -111,6 +111,7 @@ class RotationWatch:
         self.urls, self.interval = urls, interval
         self.out_s: dict[str, float] = dict.fromkeys(urls, 0.0)
         self.states: dict[str, Counter[str]] = {name: Counter() for name in urls}
+        self.all_out_s = 0.0  # time every host was out at once (a rollout of one at a time: 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -129,11 +130,15 @@ class RotationWatch:
     def _run(self) -> None:
         last = time.monotonic()
         while not self._stop.is_set():
+            out = 0
             for name, url in self.urls.items():
                 state = self._state(url)
                 self.states[name][state] += 1
                 if state != "serving":
+                    out += 1
                     self.out_s[name] += time.monotonic() - last
+            if out == len(self.urls):
+                self.all_out_s += time.monotonic() - last
             last = time.monotonic()
             self._stop.wait(self.interval)
 
@@ -147,7 +152,8 @@ class RotationWatch:
         return dict(self.out_s)
 
     def line(self) -> str:
-        return "; ".join(
+        hosts = "; ".join(
             f"{name} out of rotation {self.out_s[name]:.1f} s ({dict(self.states[name])})"
             for name in self.urls
         )
+        return f"{hosts}; all out at once {self.all_out_s:.1f} s"

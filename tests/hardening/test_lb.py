@@ -246,3 +246,17 @@ def test_without_the_drain_a_restart_cuts_streams(fleet: Fleet) -> None:
     counts = load.stop()
     print(f"restart without a drain: {counts.line()}; {dict(counts.errors)}")
     assert counts.failed + counts.cut > 0
+
+
+def test_status_and_verify_say_out_of_rotation(run, fleet: Fleet) -> None:
+    """Through a host's proxy: `status` of a draining instance says so (not "engine dead");
+    `verify` passes the draining flag and measures it."""
+    host = fleet.hosts[0]
+    host.flag("draining").write_text("test\n")
+    status = run("status", host.address)
+    assert "out of rotation (the proxy's gate)" in status.output, status.output
+    assert "engine dead" not in status.output
+    verified = run("verify", host.address, "--steady", "3", "--max-ratio", "50",
+                   "--max-first-ttft", "5")  # fmt: skip
+    assert verified.exit_code == 0, verified.output
+    assert host.flag("draining").exists()

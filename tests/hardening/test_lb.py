@@ -228,7 +228,9 @@ def test_drain_timeout_exits_1_and_keeps_the_gate_closed(run, vllm_double, tmp_p
     result = run("drain", vllm_double.address, "--gate", str(gate), "--drain-timeout", "0.5",
                  "--json")  # fmt: skip
     assert result.exit_code == 1, result.output
-    [report] = json.loads(result.stdout)["results"]
+    payload = json.loads(result.stdout)
+    [report] = payload["results"]
+    assert payload["exit_code"] == 1
     assert report["serving"] and not report["drained"] and report["drain"]["waiting"] == 1
     assert gate.exists()
 

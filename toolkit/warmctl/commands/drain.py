@@ -75,8 +75,9 @@ def command(
             ]
 
         labels = [t.label for t in targets]
-        code = report_hosts("drain", labels, results, DrainReport, lines, as_json=as_json)
         late = any(isinstance(r, DrainReport) and not r.drained for r in results)
-        return code or (1 if late else 0)
+        return report_hosts(
+            "drain", labels, results, DrainReport, lines, as_json=as_json, ok_code=int(late)
+        )
 
     guard(body)

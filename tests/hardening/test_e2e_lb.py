@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +87,9 @@ def balanced(lab: Lab) -> Iterator[Balanced]:  # noqa: F811
         lb.stop()
 
 
-def under_load(balanced: Balanced, action, label: str) -> tuple[LoadCounts, RotationWatch, object]:
+def under_load(
+    balanced: Balanced, action: Callable[[], object], label: str
+) -> tuple[LoadCounts, RotationWatch, object]:
     """Run `action()` with 16 clients streaming through the LB from SETTLE_S before to
     SETTLE_S after it; print the counts and each host's time out of rotation."""
     watch = RotationWatch(balanced.health_urls()).start()

@@ -122,3 +122,26 @@ def test_the_restart_handler_drains_then_restarts(tmp_path, vllm_double):
     assert drained < restart, out[-3000:]
     assert "failed=1" in out[restart:]
     assert (tmp_path / "gate" / "a.draining").exists()
+
+
+def test_restart_playbook_check_mode_selects_the_named_instances(tmp_path, vllm_double):
+    """playbooks/restart.yml --check: the instances named in vllm_restart_names (only those)
+    are looked at; nothing is drained, restarted or changed."""
+    import subprocess
+
+    from tests.ansible.conftest import BIN, ROOT, ansible_env
+
+    host = drain_host(tmp_path, vllm_double)
+    (tmp_path / "conf.d" / "vllm-b.conf").write_text("# warmctl instance: b\n")
+    inventory = write_inventory(tmp_path / "inv.json", {"h": host})
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks/restart.yml"),
+         "--check", "-e", "vllm_rollout_hosts=all", "-e", '{"vllm_restart_names": ["b"]}'],
+        cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-2000:]
+    looked = out[out.index("Find the instances to restart") :].split("TASK [", 2)[0]
+    assert "(item=b)" in looked and "(item=a)" not in looked, looked
+    assert list((tmp_path / "gate").iterdir()) == []
+    assert vllm_double.counters.requests == []

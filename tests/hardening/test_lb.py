@@ -262,3 +262,29 @@ def test_status_and_verify_say_out_of_rotation(run, fleet: Fleet) -> None:
                    "--max-first-ttft", "5")  # fmt: skip
     assert verified.exit_code == 0, verified.output
     assert host.flag("draining").exists()
+
+
+def test_a_sleep_window_and_its_wake_under_load_through_the_lb(run, fleet: Fleet) -> None:
+    """What h1's sleep window runs (`warmctl sleep --gate`: closed, drained, asleep) and its
+    wake (`warmctl wake --gate`: awake, warm, open), with 16 clients through the LB."""
+    h1 = fleet.hosts[0]
+    watch = RotationWatch({h.name: f"http://{h.address}/health" for h in fleet.hosts}).start()
+    load = StreamLoad(fleet.lb_address, "double-model", clients=16, max_tokens=30, limit_s=120)
+    load.start()
+    time.sleep(1.5)
+    slept = run("sleep", h1.double.address, "--gate", str(h1.flag("closed")))
+    assert slept.exit_code == 0, slept.output
+    time.sleep(2.0)
+    asleep = health(h1)
+    woke = run("wake", h1.double.address, "--gate", str(h1.flag("closed")))
+    assert woke.exit_code == 0, woke.output
+    served_before = h1.double.counters.generations
+    time.sleep(7)  # past the LB's fail_timeout: h1 serves again
+    counts = load.stop()
+    watch.stop()
+    print(f"16 clients through the LB across h1's sleep and wake: {counts.line()}\n{watch.line()}")
+    assert asleep == (503, "asleep")
+    assert counts.failed == 0 and counts.cut == 0, dict(counts.errors)
+    assert h1.double.counters.aborted == 0 and h1.double.counters.sleep_with_in_flight == 0
+    assert h1.double.counters.generations > served_before, "h1 did not rejoin"
+    assert watch.out_s["h1"] > 1.0 and watch.out_s["h2"] == 0.0

@@ -145,3 +145,26 @@ def test_restart_playbook_check_mode_selects_the_named_instances(tmp_path, vllm_
     assert "(item=b)" in looked and "(item=a)" not in looked, looked
     assert list((tmp_path / "gate").iterdir()) == []
     assert vllm_double.counters.requests == []
+
+
+def test_verify_playbook_measures_only(tmp_path):
+    """playbooks/verify.yml (vllm_verify_rejoin: false): a passing verify leaves the draining
+    flags alone, so an instance drained by hand or by a failed deploy stays out of rotation."""
+    import subprocess
+
+    from tests.ansible.conftest import BIN, ROOT, ansible_env
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "a.draining").write_text("draining\n")
+    inventory = write_inventory(
+        tmp_path / "inv.json", {"h": verify_host(tmp_path, vllm_proxy_gate_dir=str(gate))}
+    )
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks/verify.yml"),
+         "-e", "vllm_rollout_hosts=all"],
+        cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "ARGS verify 10.0.0.9:8000 10.0.0.9:8001" in proc.stdout
+    assert (gate / "a.draining").exists()

@@ -117,7 +117,7 @@ class RotationWatch:
 
     def _state(self, url: str) -> str:
         try:
-            r = requests.get(url, timeout=2)
+            r = requests.get(url, timeout=5)
         except requests.RequestException:
             return "unreachable"
         if r.status_code == 200:

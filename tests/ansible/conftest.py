@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.ansible.cases import GOOD
+from tests.double.fixtures import vllm_double, vllm_double_factory  # noqa: F401
 
 from warmctl.roles import role_defaults
 

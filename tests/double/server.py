@@ -15,6 +15,7 @@ level-2 sleep the weights are garbage until `reload_weights` (outputs then count
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -133,6 +134,7 @@ class VllmDouble:
         )
         self._server = _Server((host, port), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._sockets: set[socket.socket] = set()  # open client connections
 
     # -- lifecycle ------------------------------------------------------------------------
     @property
@@ -154,6 +156,15 @@ class VllmDouble:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def close_connections(self) -> None:
+        """Close every open client connection (idle keep-alive ones included), as a server
+        process that exits does; call after `stop` to play a restart."""
+        with self.lock:
+            sockets, self._sockets = list(self._sockets), set()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def __enter__(self) -> VllmDouble:
         return self.start()
@@ -232,8 +243,14 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             super().setup()
             with double.lock:
                 double.counters.connections += 1
+                double._sockets.add(self.connection)
             # like uvicorn: no Nagle delay between the headers and the first small SSE chunk
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def finish(self) -> None:
+            with double.lock:
+                double._sockets.discard(self.connection)
+            super().finish()
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

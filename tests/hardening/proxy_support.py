@@ -4,6 +4,7 @@ real nginx on loopback in front of the vLLM double."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -117,3 +118,23 @@ def running_nginx(binary: str, root: Path, files: Mapping[str, str], port: int) 
         yield n.start(port)
     finally:
         n.stop()
+
+
+LB_EXAMPLE = Path(__file__).resolve().parents[2] / "docs/examples/nginx-lb.conf"
+_LB_SERVER = re.compile(r"^(\s*server )\S+:\d+( .*;)$", re.MULTILINE)
+_LB_LISTEN = re.compile(r"^(\s*listen )\d+;$", re.MULTILINE)
+
+
+def lb_config(backends: list[str], port: int) -> str:
+    """docs/examples/nginx-lb.conf as a user applies it: only the upstream's host lines and
+    the listen port changed (exactly as many host lines as the file gives)."""
+    text = LB_EXAMPLE.read_text()
+    servers = _LB_SERVER.findall(text)
+    if len(servers) != len(backends):
+        raise ValueError(f"{LB_EXAMPLE} lists {len(servers)} hosts, not {len(backends)}")
+    it = iter(backends)
+    text = _LB_SERVER.sub(lambda m: f"{m.group(1)}{next(it)}{m.group(2)}", text)
+    text, listens = _LB_LISTEN.subn(lambda m: f"{m.group(1)}{port};", text)
+    if listens != 1:
+        raise ValueError(f"{LB_EXAMPLE}: {listens} listen lines, expected 1")
+    return text

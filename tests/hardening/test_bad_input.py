@@ -57,6 +57,16 @@ CASES: dict[str, Case] = {
         ("cannot close the gate", "No such file")),
     "gate_is_a_folder": Case(lambda d, t: ["sleep", d.address, "--gate", str(t)],
                              ("cannot close the gate",)),
+    "drain_without_gate": Case(lambda d, t: ["drain", d.address], ("'--gate'",), usage=True),
+    "drain_two_hosts": Case(
+        lambda d, t: ["drain", d.address, "127.0.0.1:9", "--gate", str(t / "g.draining")],
+        ("--gate belongs to one instance", "not 2")),
+    "drain_missing_folder": Case(
+        lambda d, t: ["drain", d.address, "--gate", str(t / "absent" / "g.draining")],
+        ("cannot close the gate", "No such file")),
+    "drain_negative_timeout": Case(
+        lambda d, t: ["drain", d.address, "--gate", str(t / "g"), "--drain-timeout", "-1"],
+        ("'--drain-timeout'",), usage=True),
     "warmup_zero_max_batch": Case(lambda d, t: ["warmup", d.address, "--max-batch", "0"],
                                   ("'--max-batch'",), usage=True),
     "warmup_missing_prompt_file": Case(

@@ -159,7 +159,17 @@ def test_window_services_gate_and_drain() -> None:
         "/usr/bin/systemctl stop vllm-tiny.service"
     ]
     unit = rendered("cpu-proxied").unit_text
-    assert "+/bin/rm -f /run/vllm-gate/tiny.closed" in unit_values(unit, "Service", "ExecStartPre")
+    assert unit_values(unit, "Service", "ExecStartPre")[-2:] == [
+        "+/bin/rm -f /run/vllm-gate/tiny.closed",  # a fresh server is awake
+        "-+/usr/bin/touch /run/vllm-gate/tiny.warming",  # out of rotation until warm
+    ]
+    posts = unit_values(unit, "Service", "ExecStartPost")
+    assert len(posts) == 2 and " warmup " in posts[0]  # the warmup, then the flag goes
+    assert posts[1] == "+/bin/rm -f /run/vllm-gate/tiny.warming"
+    assert unit_values(unit, "Service", "ExecStopPost") == [posts[1]]
+    plain = rendered("cpu").unit_text  # not proxied: no gate at all
+    assert not unit_values(plain, "Service", "ExecStopPost")
+    assert len(unit_values(plain, "Service", "ExecStartPost")) == 1
 
 
 def run_exec(value: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

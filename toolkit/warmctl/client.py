@@ -95,6 +95,11 @@ def transport_error(target: Target, path: str, exc: BaseException, timeout: floa
 # what the proxy (templates/nginx-vllm.conf.j2) answers while an instance sleeps: 503 with
 # "<name> is asleep; retry later" (a stopped or starting one says "is not running")
 GATE_ASLEEP = " is asleep; retry later"
+# ... and while a restart holds the instance out of a load balancer's rotation, or it warms up
+GATE_OUT_OF_ROTATION = (
+    " is draining (out of rotation); retry later",
+    " is warming up; retry later",
+)
 
 
 def error_detail(resp: requests.Response) -> str:
@@ -150,6 +155,8 @@ def http_error(
     if code >= 500:
         dead = "EngineDead" in detail or "engine" in detail.lower() or path == "/health"
         what = "engine dead or failing" if dead else "server error"
+        if code == 503 and detail.endswith(GATE_OUT_OF_ROTATION):
+            what = "out of rotation (the proxy's gate)"  # kind stays "server": wait_ready waits
         hint = ""
         if path in ("/sleep", "/wake_up") and not dead:
             hint = " (sleep and wake need a server started with --enable-sleep-mode)"
@@ -169,11 +176,16 @@ class Client:
     """One vLLM server. Thread-safe: each thread gets its own HTTP session."""
 
     def __init__(
-        self, target: Target, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT
+        self,
+        target: Target,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.target = target
         self.api_key = api_key or None
         self.timeout = timeout
+        self.headers = dict(headers or {})
         self._local = threading.local()
         self._env_cache: dict[str, Any] | None = None
 
@@ -184,6 +196,7 @@ class Client:
         if sess is None:
             sess = requests.Session()
             sess.headers["User-Agent"] = "warmctl"
+            sess.headers.update(self.headers)
             if self.api_key:
                 sess.headers["Authorization"] = f"Bearer {self.api_key}"
             self._local.session = sess

@@ -45,7 +45,9 @@ class InstanceFacts:
     target: str
     unit: str
     gate_dir: str
-    gate: str
+    gate: str  # flag files of the proxy's gate (warmctl.gate): asleep
+    draining: str  # out of rotation for a restart
+    warming: str  # starting, warmup not finished
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,4 +109,6 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         unit=f"vllm-{name}.service",
         gate_dir=str(s["vllm_proxy_gate_dir"]),
         gate=f"{s['vllm_proxy_gate_dir']}/{name}.closed",
+        draining=f"{s['vllm_proxy_gate_dir']}/{name}.draining",
+        warming=f"{s['vllm_proxy_gate_dir']}/{name}.warming",
     )

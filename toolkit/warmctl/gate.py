@@ -1,11 +1,17 @@
-"""The traffic gate of one proxied instance: a flag file the reverse proxy checks.
+"""The traffic gate of one proxied instance: flag files the reverse proxy checks.
 
-While `/run/vllm-gate/NAME.closed` exists, nginx answers every request for that instance with
-`503` + `Retry-After` instead of passing it to vLLM: a sleeping vLLM holds requests forever or
-crashes on them (vllm-project/vllm#15483, #45268). `warmctl sleep --gate FILE` closes the gate
-BEFORE draining, so requests already streaming finish while new ones are refused; `warmctl wake
---gate FILE` opens it once the server is awake and warm. A failed sleep puts the gate back the
-way it was, so a server that stays awake keeps serving.
+Three flags in the gate folder (`/run/vllm-gate`), each a state the proxy's `/health` reports
+with a 503 (so a load balancer moves on) and `/v1/*` answers with 503 + `Retry-After`:
+
+- `NAME.closed`, asleep: a sleeping vLLM holds requests forever or crashes on them
+  (vllm-project/vllm#15483, #45268). `warmctl sleep --gate FILE` closes it BEFORE draining, so
+  requests already streaming finish while new ones are refused; `warmctl wake --gate FILE`
+  opens it once the server is awake and warm. A failed sleep puts the gate back the way it was.
+- `NAME.draining`, out of rotation for a restart: `warmctl drain --gate FILE` closes it and
+  waits for the requests in flight; it outlives the restart and the warmup, and the deploy
+  removes it only once `warmctl verify` passed (verify's requests carry `VERIFY_HEADER`, which
+  the proxy lets past this flag and a load balancer strips).
+- `NAME.warming`, the unit's warmup is running (created and removed by the unit itself).
 """
 
 from __future__ import annotations
@@ -13,14 +19,21 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from warmctl.client import Client
 from warmctl.errors import WarmctlError
-from warmctl.sleepwake import SleepReport, Step, drain
+from warmctl.sleepwake import DrainResult, SleepReport, Step, drain
 
 T = TypeVar("T")
+
+# verify's requests carry it: the proxy lets them past the draining flag (never past the asleep
+# one), so a deploy measures a restarted instance before it rejoins the load balancer
+VERIFY_HEADER = "X-Warmctl-Verify"
+# connection refused, engine dead or still loading: nothing in flight to wait for
+NOT_SERVING_KINDS = ("refused", "server", "asleep", "timeout")
 
 
 class Gate:
@@ -120,3 +133,47 @@ def drain_only_report(
         )
     report.total_s = time.monotonic() - t0
     return report
+
+
+@dataclass
+class DrainReport:
+    """`warmctl drain`: the gate closed as draining, then the wait for the requests in flight.
+    `serving` False: the server was not answering (stopped, starting, dead), nothing to wait for."""
+
+    target: str
+    gate: str
+    serving: bool
+    drain: DrainResult | None
+    total_s: float
+
+    @property
+    def drained(self) -> bool:
+        return self.drain is None or self.drain.drained
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "gate": self.gate,
+            "serving": self.serving,
+            "drained": self.drained,
+            "drain": self.drain.to_dict() if self.drain else None,
+            "total_s": self.total_s,
+        }
+
+
+def drain_out_of_rotation(
+    client: Client, gate: Gate, drain_timeout: float, poll_interval: float = 0.2
+) -> DrainReport:
+    """Close `gate` (the draining flag), then wait up to `drain_timeout` for the requests in
+    flight (the same wait as a sleep's). The gate stays closed either way: the caller restarts,
+    verifies, then opens it. A server that does not answer is not waited for."""
+    t0 = time.monotonic()
+    gate.close("draining")
+    try:
+        client.health()
+    except WarmctlError as err:
+        if err.kind not in NOT_SERVING_KINDS:
+            raise
+        return DrainReport(client.target.label, str(gate.path), False, None, time.monotonic() - t0)
+    result = drain(client, drain_timeout, poll_interval)
+    return DrainReport(client.target.label, str(gate.path), True, result, time.monotonic() - t0)

@@ -67,10 +67,12 @@ def report_hosts(
     lines: Callable[[R], list[str]],
     *,
     as_json: bool,
+    ok_code: int = 0,
 ) -> int:
     """Print what one action did on each host (`lines` of its report) or its one-line error;
-    with `as_json` the reports' dicts instead. Exit status: 0, or 2 when any host failed."""
-    code = 0
+    with `as_json` the reports' dicts instead. Exit status: `ok_code` (0 unless the caller says
+    otherwise), or 2 when any host failed."""
+    code = ok_code
     out = console()
     dicts: list[dict[str, Any]] = []
     for label, r in zip(labels, results, strict=True):

@@ -178,9 +178,10 @@ def render_instance(
         )
 
     starts = unit_values(unit_text, "Service", "ExecStart")
-    posts = unit_values(unit_text, "Service", "ExecStartPost")
+    # the warmup; a proxied instance also has a privileged ("+") one that clears its warming flag
+    posts = [p for p in unit_values(unit_text, "Service", "ExecStartPost") if not p.startswith("+")]
     if len(starts) != 1 or len(posts) != 1:
-        raise RenderError(f"{unit_name}: expected one ExecStart and one ExecStartPost")
+        raise RenderError(f"{unit_name}: expected one ExecStart and one warmup ExecStartPost")
     return RenderedInstance(
         name=name,
         device=variables[DEVICE_KEY],

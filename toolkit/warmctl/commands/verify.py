@@ -137,7 +137,9 @@ def command(
     unique prefix so the prefix cache cannot flatter the numbers. PASS when the first TTFT is
     at most --max-first-ttft and first/steady at most --max-ratio; with --attempts N, a FAILing
     host is measured again, up to N times. A sleeping host is reported as ASLEEP, not measured
-    (also behind the proxy, whose sleep gate answers 503).
+    (also behind the proxy, whose sleep gate answers 503). An instance the proxy holds out of
+    rotation as draining (a deploy verifies it before it rejoins) is measured: verify's requests
+    carry the header X-Warmctl-Verify, which lets them past that gate only.
 
     Exit status: 0 all PASS, 1 any FAIL or ASLEEP (ASLEEP passes with --asleep-ok), 2 any host
     unreachable or erroring.
@@ -145,6 +147,7 @@ def command(
 
     def body() -> int:
         from warmctl.client import Client
+        from warmctl.gate import VERIFY_HEADER
         from warmctl.options import inventory_parallel
         from warmctl.output import console, emit_json, error_line, ms, status_style, table
         from warmctl.verify import Thresholds, VerifyReport, exit_code, verify_attempts
@@ -174,7 +177,7 @@ def command(
         reports = per_host(
             targets,
             lambda t: verify_attempts(
-                Client(t, api_key, timeout),
+                Client(t, api_key, timeout, headers={VERIFY_HEADER: "1"}),
                 attempts=attempts_for(t),
                 pause_s=attempt_pause,
                 steady=steady,

@@ -36,7 +36,9 @@ for stage in $stages; do
     integration) run_stage integration pytest -m "integration and not e2e" "$@" ;;
     # one pytest session per e2e tier: each boots, deploys and tears down its own hosts
     e2e) run_stage e2e pytest -m e2e tests/e2e "$@"
-         run_stage e2e-hardening pytest -m e2e -rP tests/hardening "$@" ;;  # -rP: print each check's figures
+         # -rP: print each check's figures; one pair of hosts for the whole tier, in this order
+         run_stage e2e-hardening pytest -m e2e -rP tests/hardening/test_e2e_proxy.py \
+           tests/hardening/test_e2e_tp.py tests/hardening/test_e2e_lb.py "$@" ;;
     *) echo "[test] unknown stage: $stage (lint fast integration e2e)" >&2; exit 2 ;;
   esac
 done

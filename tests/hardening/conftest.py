@@ -7,6 +7,9 @@ from click.testing import CliRunner
 
 from tests.double.fixtures import vllm_double, vllm_double_factory  # noqa: F401
 
+# the e2e tier's shared hosts: session fixtures, registered once here for every module
+from tests.hardening.e2e_hosts import deployed, lab  # noqa: F401
+
 
 @pytest.fixture
 def run(monkeypatch: pytest.MonkeyPatch):

@@ -27,9 +27,9 @@ import pytest
 import requests
 
 from tests.e2e.e2e_support import Lab, PlayRun, ansible_playbook, unit_show
+from tests.hardening.e2e_hosts import PROXY_VARS
 from tests.hardening.fleet_load import LoadCounts, RotationWatch, StreamLoad
 from tests.hardening.proxy_support import Nginx, ensure_nginx, free_port, lb_config
-from tests.hardening.test_e2e_proxy import PROXY_VARS, lab  # noqa: F401
 
 pytestmark = [
     pytest.mark.e2e,
@@ -69,7 +69,7 @@ class Balanced:
 
 
 @pytest.fixture(scope="module")
-def balanced(lab: Lab) -> Iterator[Balanced]:  # noqa: F811
+def balanced(lab: Lab) -> Iterator[Balanced]:
     nginx = ensure_nginx()
     if not nginx:
         pytest.skip("nginx is needed on the controller for the load balancer")

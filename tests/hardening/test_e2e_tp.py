@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.e2e_support import ansible_playbook
-from tests.hardening.test_e2e_proxy import PROXY_VARS, deployed, lab  # noqa: F401
+from tests.hardening.e2e_hosts import PROXY_VARS
 from tests.hardening.test_units import MATRIX, MAX_EXPOSURE
 from tests.lib import testhosts
 from warmctl.render import render_instance
@@ -38,7 +38,7 @@ pytestmark = [
 ]
 
 
-def install(lab: Any, host: Any, files: dict[str, str]) -> None:  # noqa: F811 (the fixture)
+def install(lab: Any, host: Any, files: dict[str, str]) -> None:
     """Write the rendered files onto the host (mode 0644, scripts 0755), then daemon-reload."""
     for path, text in files.items():
         mode = "0755" if path.endswith(".sh") else "0644"
@@ -52,7 +52,7 @@ def install(lab: Any, host: Any, files: dict[str, str]) -> None:  # noqa: F811 (
 
 
 @pytest.mark.parametrize("name", ["gpu-tp2-sleep", "gpu-tp2-plain"])
-def test_tensor_parallel_unit_on_a_live_host(lab: Any, deployed: Path, name: str) -> None:  # noqa: F811
+def test_tensor_parallel_unit_on_a_live_host(lab: Any, deployed: Path, name: str) -> None:
     instance, host_vars = MATRIX[name]
     r = render_instance(instance, host_vars)  # the roles' paths: the deploy created them
     host = lab.fleet.hosts[0]
@@ -80,7 +80,7 @@ def test_tensor_parallel_unit_on_a_live_host(lab: Any, deployed: Path, name: str
     assert all(v <= MAX_EXPOSURE for v in figures.values()), figures
 
 
-def test_cpu_tensor_parallel_workers_inside_the_sandbox(lab: Any, deployed: Path) -> None:  # noqa: F811
+def test_cpu_tensor_parallel_workers_inside_the_sandbox(lab: Any, deployed: Path) -> None:
     fleet, host = lab.fleet, lab.fleet.hosts[1]
     unit = "vllm-tp2.service"
     instance = testhosts.lab_instance(

@@ -69,6 +69,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     ]
     assert r.warmup_argv == [
         "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--ready-timeout", "1800",
+        "--batch-sizes", "1,16", "--max-tokens", "2",  # vllm_service_gpu_warmup_args
     ]  # fmt: skip
     assert r.env == {
         "VLLM_CACHE_ROOT": "/var/cache/vllm/vllm",
@@ -83,6 +84,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         "TRANSFORMERS_OFFLINE": "1",
         "CUDA_VISIBLE_DEVICES": "0,1",
         "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_WORKER_MULTIPROC_METHOD": "fork",
         "VLLM_NO_USAGE_STATS": "1",
         "VLLM_DO_NOT_TRACK": "1",
     }
@@ -341,3 +343,25 @@ def test_cpu_instances_get_their_own_cores_gpu_instances_ignore_cpus():
     assert (
         "VLLM_CPU_OMP_THREADS_BIND" not in render_instance(gpu, host_vars(GOOD, "gpu_nosleep")).env
     )
+
+
+def test_gpu_units_fork_the_engine_core_cpu_units_leave_it_to_vllm():
+    """vLLM's CLI spawns the EngineCore unless VLLM_WORKER_MULTIPROC_METHOD is set (a second
+    import of torch and vLLM: 10-15 s of every start on an H200); GPU units set fork, an
+    instance's env can still ask for spawn, and CPU units (vLLM's CPU platform sets spawn
+    itself) get nothing. The short warmup is the GPU hosts' too."""
+    for case in ("gpu_sleep", "gpu_nosleep", "gpu_sleep_off"):
+        instance = GOOD[case]["vllm_service_instances"][0]
+        r = render_instance(instance, host_vars(GOOD, case))
+        assert r.env["VLLM_WORKER_MULTIPROC_METHOD"] == "fork", case
+        assert "VLLM_WORKER_MULTIPROC_METHOD=fork" in r.env_text
+        assert r.warmup_argv[5:9] == ["--batch-sizes", "1,16", "--max-tokens", "2"], case
+    spawn = {**GOOD["gpu_nosleep"]["vllm_service_instances"][0]}
+    spawn["env"] = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    r = render_instance(spawn, host_vars(GOOD, "gpu_nosleep"))
+    assert r.env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"  # the instance's env wins
+    lines = [ln for ln in r.env_text.splitlines() if "MULTIPROC" in ln]
+    assert lines[-1].endswith("spawn")  # systemd: the last assignment of a variable counts
+    cpu = render_instance(GOOD["cpu"]["vllm_service_instances"][0], host_vars(GOOD, "cpu"))
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in cpu.env
+    assert "--batch-sizes" not in cpu.warmup_argv

@@ -131,7 +131,8 @@ def test_bad_inputs_are_one_line(run, vllm_double, vllm_double_factory, tmp_path
     unwritable = tmp_path / "file-not-dir"
     unwritable.write_text("")
     result = run("sleep", vllm_double.address, "--output-check", str(unwritable / "x.json"))
-    assert result.exit_code == 2 and "cannot write the output recording" in result.stderr
+    assert result.exit_code == 2 and "the output recording" in result.stderr
+    assert "Not a directory" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not vllm_double.is_sleeping  # not put to sleep without its recording
 
 
@@ -141,3 +142,47 @@ def test_ask_returns_what_vllm_returns(vllm_double) -> None:
     b = ask(client, "double-model", "same prompt", 5)
     assert a == b and a.token_ids is not None and len(a.token_ids) == 5
     assert a.text.startswith(" t")
+
+
+def test_after_a_failed_check_no_sleep_records_until_a_check_passes(
+    run, vllm_double, tmp_path
+) -> None:
+    """A server that woke wrong would record its wrong answers at the next sleep and pass the
+    next wake: the failed check is kept in the file, and sleeps refuse until a check passes."""
+    check, gate = tmp_path / "outputs.json", tmp_path / "m.closed"
+    assert _sleep(run, vllm_double, check, "--gate", str(gate)).exit_code == 0
+    vllm_double.config.corrupt_answers = True
+    woke = run("wake", vllm_double.address, "--output-check", str(check), "--gate", str(gate))
+    assert woke.exit_code == 2
+    assert "prompt 1 of 3 token 3" in json.loads(check.read_text())["failed"]
+    refused = _sleep(run, vllm_double, check, "--gate", str(gate))
+    assert refused.exit_code == 2 and "the last wake failed its output check" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert not vllm_double.is_sleeping and gate.exists()  # still awake, still gated
+    vllm_double.config.corrupt_answers = False  # the operator restarted the instance
+    again = run("wake", vllm_double.address, "--output-check", str(check), "--gate", str(gate))
+    assert again.exit_code == 0, again.output
+    assert "outputs checked" in again.stdout and not gate.exists()
+    assert json.loads(check.read_text())["failed"] == ""
+    assert _sleep(run, vllm_double, check).exit_code == 0  # sleeps record again
+
+
+def test_a_recording_that_cannot_be_written_keeps_the_server_awake(
+    run, vllm_double, tmp_path, monkeypatch
+) -> None:
+    import os
+
+    from warmctl import outputcheck
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(outputcheck.os, "replace", refuse)
+    check = tmp_path / "outputs.json"
+    result = run("sleep", vllm_double.address, "--output-check", str(check))
+    assert result.exit_code == 2
+    assert "cannot write the output recording" in result.stderr and "not put to sleep" in (
+        result.stderr
+    )
+    assert not vllm_double.is_sleeping and not check.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".outputs")]  # no temp left

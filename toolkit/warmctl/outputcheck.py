@@ -65,6 +65,7 @@ class Recording:
     answers: list[Answer]
     recorded_at: str = ""
     format: int = FORMAT
+    failed: str = ""  # why the last check failed ("" = it passed or none ran yet)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,6 +80,7 @@ class Recording:
             max_tokens=int(d["max_tokens"]),
             answers=[Answer.from_dict(a) for a in d["answers"]],
             recorded_at=str(d.get("recorded_at", "")),
+            failed=str(d.get("failed") or ""),
         )
 
 
@@ -145,7 +147,18 @@ def record(
     prompts: tuple[str, ...] = PROMPTS,
     max_tokens: int = MAX_TOKENS,
 ) -> Recording:
-    """Ask every prompt and write the answers to `path` (atomically, mode 0600)."""
+    """Ask every prompt and write the answers to `path` (atomically, mode 0600).
+
+    Refused while the last check of `path` failed: a server that woke wrong would otherwise
+    record its wrong answers at the next sleep and pass the next wake's check."""
+    previous = load(path)
+    if previous is not None and previous.failed:
+        raise WarmctlError(
+            f"{client.target.label}: not put to sleep: the last wake failed its output check "
+            f"({previous.failed}); restart the instance, then `warmctl wake --output-check "
+            f"{path}` checks it again and opens the gate",
+            kind="wake_check",
+        )
     model = served_model(client)
     answers = [ask(client, model, p, max_tokens) for p in prompts]
     rec = Recording(
@@ -155,6 +168,11 @@ def record(
         answers=answers,
         recorded_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     )
+    _write(rec, path, "not put to sleep")
+    return rec
+
+
+def _write(rec: Recording, path: Path, consequence: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,10 +183,9 @@ def record(
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise WarmctlError(
-            f"cannot write the output recording {path}: {exc.strerror or exc}; not put to sleep",
+            f"cannot write the output recording {path}: {exc.strerror or exc}; {consequence}",
             kind="input",
         ) from None
-    return rec
 
 
 def load(path: Path) -> Recording | None:
@@ -242,11 +259,19 @@ def verify(client: Client, path: Path, tolerance: float = LOGPROB_TOLERANCE) -> 
         if diff is not None:
             worst = diff if worst is None else max(worst, diff)
         if why:
+            what = f"prompt {n} of {len(rec.answers)} {why}"
+            rec.failed = (
+                f"{datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}: {what}"
+            )
+            _write(rec, path, "the check failed too")
             raise WarmctlError(
                 f"{client.target.label}: the woken server answers differently than before the "
-                f"sleep: prompt {n} of {len(rec.answers)} {why} ({path}); the gate stays closed",
+                f"sleep: {what} ({path}); the gate stays closed",
                 kind="wake_check",
             )
+    if rec.failed:  # checked again (after a restart) and right: sleeps may record again
+        rec.failed = ""
+        _write(rec, path, "the check passed but stays marked failed")
     return CheckResult(
         "passed",
         prompts=len(rec.answers),

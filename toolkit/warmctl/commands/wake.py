@@ -44,7 +44,8 @@ from warmctl.warmup_cli import warmup_kwargs, warmup_options
     show_envvar=True,
     help="Before the warmup and the gate: ask the prompts `warmctl sleep --output-check FILE` "
     "recorded and fail (gate closed, exit 2) when a token id differs or a logprob moved more "
-    "than --output-tolerance. No recording in FILE: not checked (said in the output).",
+    "than --output-tolerance; the failure is kept in FILE and sleeps refuse to record until a "
+    "check passes again (after a restart). No recording in FILE: not checked (said so).",
 )
 @click.option(
     "--output-tolerance",

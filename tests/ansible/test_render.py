@@ -69,6 +69,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     ]
     assert r.warmup_argv == [
         "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--ready-timeout", "1800",
+        "--max-batch", "16", "--max-tokens", "2",  # vllm_service_gpu_warmup_args
     ]  # fmt: skip
     assert r.env == {
         "VLLM_CACHE_ROOT": "/var/cache/vllm/vllm",
@@ -84,6 +85,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         "CUDA_VISIBLE_DEVICES": "0,1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_WORKER_MULTIPROC_METHOD": "fork",
         "VLLM_NO_USAGE_STATS": "1",
         "VLLM_DO_NOT_TRACK": "1",
     }
@@ -110,12 +112,15 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     sleep_svc = r.files[f"{units}/vllm-qwen-sleep-weekend.service"]
     assert unit_values(sleep_svc, "Service", "ExecStart") == [
         "/opt/warmctl/bin/warmctl sleep 127.0.0.1:18000 --level 2 --gate /run/vllm-gate/qwen.closed"
+        " --output-check /var/lib/warmctl/qwen.outputs.json"
     ]
+    assert unit_values(sleep_svc, "Service", "StateDirectory") == ["warmctl"]
     wake_svc = r.files[f"{units}/vllm-qwen-wake-nights.service"]
     assert unit_values(wake_svc, "Service", "ExecStart") == [
         "/opt/warmctl/bin/warmctl wake 127.0.0.1:18000 --gate /run/vllm-gate/qwen.closed "
-        "--no-warmup"
+        "--output-check /var/lib/warmctl/qwen.outputs.json --no-warmup"
     ]
+    assert unit_values(wake_svc, "Service", "StateDirectory") == ["warmctl"]
     assert unit_values(wake_svc, "Service", "User") == ["vllm"]
     script = r.files["/etc/vllm/qwen-window.sh"]
     assert 'calendar --in-window "$1" "$2" >/dev/null' in script
@@ -177,14 +182,15 @@ def test_two_instances_on_one_host():
     chat, coder = (render_instance(i, hosts) for i in GOOD["gpu_two"]["vllm_service_instances"])
     assert chat.unit_name == "vllm-chat.service" and coder.unit_name == "vllm-coder.service"
     assert chat.argv[chat.argv.index("--host") + 1] == "127.0.0.1"
+    gpu_warmup = ["--max-batch", "16", "--max-tokens", "2"]  # vllm_service_gpu_warmup_args
     assert chat.warmup_argv == [
         "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--ready-timeout", "1800",
-        "--prompt", "hello world",
+        *gpu_warmup, "--prompt", "hello world",
     ]  # fmt: skip
     assert coder.warmup_argv == [
         "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--ready-timeout", "1800",
-        "--prompt", "hello world",
-        "--max-batch", "4",
+        *gpu_warmup, "--prompt", "hello world",
+        "--max-batch", "4",  # the instance's, last: it wins
     ]  # fmt: skip
     assert "'hello world'" in unit_values(chat.unit_text, "Service", "ExecStartPost")[0]
     sizes = "[1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]"
@@ -342,3 +348,37 @@ def test_cpu_instances_get_their_own_cores_gpu_instances_ignore_cpus():
     assert (
         "VLLM_CPU_OMP_THREADS_BIND" not in render_instance(gpu, host_vars(GOOD, "gpu_nosleep")).env
     )
+
+
+def test_gpu_units_fork_the_engine_core_cpu_units_leave_it_to_vllm():
+    """vLLM's CLI spawns the EngineCore unless VLLM_WORKER_MULTIPROC_METHOD is set (a second
+    import of torch and vLLM: 10-15 s of every start on an H200); GPU units set fork, an
+    instance's env can still ask for spawn, and CPU units (vLLM's CPU platform sets spawn
+    itself) get nothing. The short warmup is the GPU hosts' too."""
+    for case in ("gpu_sleep", "gpu_nosleep", "gpu_sleep_off"):
+        instance = GOOD[case]["vllm_service_instances"][0]
+        r = render_instance(instance, host_vars(GOOD, case))
+        assert r.env["VLLM_WORKER_MULTIPROC_METHOD"] == "fork", case
+        assert "VLLM_WORKER_MULTIPROC_METHOD=fork" in r.env_text
+        assert r.warmup_argv[5:9] == ["--max-batch", "16", "--max-tokens", "2"], case
+    spawn = {**GOOD["gpu_nosleep"]["vllm_service_instances"][0]}
+    spawn["env"] = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    r = render_instance(spawn, host_vars(GOOD, "gpu_nosleep"))
+    assert r.env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"  # the instance's env wins
+    lines = [ln for ln in r.env_text.splitlines() if "MULTIPROC" in ln]
+    assert lines[-1].endswith("spawn")  # systemd: the last assignment of a variable counts
+    cpu = render_instance(GOOD["cpu"]["vllm_service_instances"][0], host_vars(GOOD, "cpu"))
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in cpu.env
+    assert "--max-batch" not in cpu.warmup_argv
+
+
+def test_output_check_can_be_turned_off_and_cpu_windows_have_none():
+    instance = GOOD["gpu_sleep"]["vllm_service_instances"][0]
+    off = {**host_vars(GOOD, "gpu_sleep"), "vllm_schedule_output_check": False}
+    r = render_instance(instance, off)
+    units = "/etc/systemd/system"
+    for name in ("sleep-weekend", "wake-nights"):
+        text = r.files[f"{units}/vllm-qwen-{name}.service"]
+        assert "--output-check" not in text and "StateDirectory" not in text
+    cpu = render_instance(GOOD["cpu"]["vllm_service_instances"][0], host_vars(GOOD, "cpu"))
+    assert not [t for t in cpu.files.values() if "--output-check" in t]

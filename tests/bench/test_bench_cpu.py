@@ -43,6 +43,9 @@ def test_bench_plain_and_unit_on_cpu(lab, tmp_path):
 
     doc = json.loads((out / "bench.json").read_text())
     assert doc["meta"]["vllm_version"]
+    # what a host runs: site-packages compiled first, the share recorded before and after
+    bytecode = doc["meta"]["bytecode"]
+    assert bytecode["after"]["vllm"]["with_bytecode"] > 0.9 and "compiled" in bytecode
     a, b = doc["steps"]
     assert [s["name"] for s in doc["steps"]] == ["1-A-cold", "2-B-cold"]
     for s in (a, b):

@@ -7,6 +7,9 @@ vllm:time_to_first_token_seconds histogram), streaming /v1/completions and
 /v1/chat/completions (SSE), and the dev-mode routes /is_sleeping, /sleep, /wake_up,
 /collective_rpc, /reset_prefix_cache, /server_info (404 unless `dev_mode`).
 
+Non-streamed `/v1/completions` answer greedy token ids (`return_token_ids`) and logprobs that
+depend only on the prompt; `corrupt_answers` / `logprob_drift` make a wake that went wrong.
+
 Like vLLM: the API key guards only /v1/*; `/sleep` aborts in-flight streams (its default
 mode), so a client that sleeps without draining cuts them (counted in `aborted`); after a
 level-2 sleep the weights are garbage until `reload_weights` (outputs then count in
@@ -21,6 +24,7 @@ import socket
 import threading
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -71,6 +75,8 @@ class DoubleConfig:
     wake_delay: float = 0.0
     extra_waiting: int = 0  # added to vllm:num_requests_waiting
     empty_first_chunk: bool = False  # completions: a first chunk with text "" before the TTFT
+    corrupt_answers: bool = False  # greedy answers change one token (a wake that went wrong)
+    logprob_drift: float = 0.0  # added to every logprob of an answer (same tokens)
 
 
 @dataclass
@@ -92,6 +98,7 @@ class Counters:
     rpcs: list[str] = field(default_factory=list)
     prefix_resets: int = 0
     sleep_with_in_flight: int = 0  # /sleep calls that found streams in flight
+    answers: int = 0  # non-streamed completions (the output check's greedy answers)
 
 
 class _Server(ThreadingHTTPServer):
@@ -432,7 +439,10 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
                 )
                 return
             if not body.get("stream"):
-                self._error(400, "the double only streams")
+                if chat:
+                    self._error(400, "the double streams chat")
+                    return
+                self._answer(text, max_tokens, prompt_tokens, body)
                 return
             with double.lock:
                 double.counters.prompts.append(text)
@@ -452,6 +462,58 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             finally:
                 with double.lock:
                     double.counters.in_flight -= 1
+
+        def _answer(self, text: str, max_tokens: int, prompt_tokens: int, body: Any) -> None:
+            """A non-streamed completion: greedy token ids that depend only on the prompt (and
+            on the weights: garbage after a level-2 sleep without reload, or `corrupt_answers`),
+            with `return_token_ids` and `logprobs` as vLLM answers them."""
+            cfg = double.config
+            with double.lock:
+                double.counters.prompts.append(text)
+                double.counters.generations += 1
+                double.counters.answers += 1
+                garbage = not double.weights_valid
+                if garbage:
+                    double.counters.garbage_outputs += 1
+            seed = zlib.crc32(text.encode())
+            ids = [(seed + 7919 * i) % 151_000 for i in range(max_tokens)]
+            if garbage:
+                ids = [0] * max_tokens
+            elif cfg.corrupt_answers and max_tokens > 2:
+                ids[2] = (ids[2] + 1) % 151_000
+            words = [f" t{t}" for t in ids]
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": "".join(words),
+                "logprobs": None,
+                "finish_reason": "length",
+            }
+            if body.get("logprobs") is not None:
+                lps = [-((t % 97) / 50.0) - cfg.logprob_drift for t in ids]
+                choice["logprobs"] = {
+                    "text_offset": [],
+                    "token_logprobs": lps,
+                    "tokens": words,
+                    "top_logprobs": [{w: lp} for w, lp in zip(words, lps, strict=True)],
+                }
+            if body.get("return_token_ids"):
+                choice["token_ids"] = ids
+                choice["prompt_token_ids"] = list(range(prompt_tokens))
+            self._send(
+                200,
+                {
+                    "id": f"cmpl-{uuid.uuid4().hex}",
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": cfg.model,
+                    "choices": [choice],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": max_tokens,
+                        "total_tokens": prompt_tokens + max_tokens,
+                    },
+                },
+            )
 
         def _chunk(self, obj: Any) -> None:
             data = (

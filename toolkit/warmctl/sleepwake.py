@@ -130,6 +130,7 @@ class SleepReport:
     drain: DrainResult | None = None
     steps: list[Step] = field(default_factory=list)
     total_s: float = 0.0
+    output_check: dict[str, Any] | None = None  # what `before_sleep` recorded (outputcheck)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +140,7 @@ class SleepReport:
             "drain": self.drain.to_dict() if self.drain else None,
             "steps": [s.to_dict() for s in self.steps],
             "total_s": self.total_s,
+            "output_check": self.output_check,
         }
 
 
@@ -148,9 +150,11 @@ def sleep(
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
     poll_interval: float = 0.2,
     op_timeout: float = DEFAULT_OP_TIMEOUT,
+    before_sleep: Callable[[], dict[str, Any]] | None = None,
 ) -> SleepReport:
     """Drain, sleep at `level`, confirm. Already asleep -> a no-op report. A drain that times
-    out raises (kind `drain_timeout`) and the server is left awake."""
+    out raises (kind `drain_timeout`) and the server is left awake. `before_sleep` runs on the
+    drained server just before `/sleep` (outputcheck records its answers there)."""
     if level not in (1, 2):
         raise WarmctlError(f"sleep level must be 1 or 2, not {level}", kind="input")
     t0 = time.monotonic()
@@ -174,6 +178,10 @@ def sleep(
             f"{d.waiting:g} waiting requests after --drain-timeout {drain_timeout:g} s",
             kind="drain_timeout",
         )
+    if before_sleep is not None:
+        s0 = time.monotonic()
+        report.output_check = before_sleep()
+        report.steps.append(Step("record outputs", time.monotonic() - s0))
     s0 = time.monotonic()
     client.sleep(level, timeout=op_timeout)
     report.steps.append(Step(f"sleep level {level}", time.monotonic() - s0))
@@ -191,6 +199,7 @@ class WakeReport:
     steps: list[Step] = field(default_factory=list)
     warmup: WarmupReport | None = None
     total_s: float = 0.0
+    output_check: dict[str, Any] | None = None  # what `check` found (outputcheck)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -201,6 +210,7 @@ class WakeReport:
             "steps": [s.to_dict() for s in self.steps],
             "warmup": self.warmup.to_dict() if self.warmup else None,
             "total_s": self.total_s,
+            "output_check": self.output_check,
         }
 
 
@@ -222,12 +232,15 @@ def wake(
     warmup_options: dict[str, Any] | None = None,
     op_timeout: float = DEFAULT_OP_TIMEOUT,
     on_step: Callable[[str], None] | None = None,
+    check: Callable[[], dict[str, Any]] | None = None,
 ) -> WakeReport:
     """Wake (reloading weights after level 2), confirm, then warm up.
 
     The level comes from the server when it exports `vllm:engine_sleep_state`, else from `level`;
     if neither tells, the level-2 path is used: it is correct after either level (it reloads the
     weights from disk, where level 1 would have restored them from CPU memory).
+    `check` runs once the server is awake, before the warmup (outputcheck replays the answers
+    recorded before the sleep; it raises when they differ).
     """
     t0 = time.monotonic()
     report = WakeReport(target=client.target.label)
@@ -261,6 +274,12 @@ def wake(
             step("wake_up kv_cache", lambda: client.wake_up(["kv_cache"], timeout=op_timeout))
             step("reset_prefix_cache", client.reset_prefix_cache)
         report.steps.append(Step("confirm", _wait_sleeping(client, False, 30.0)))
+    if check is not None:
+        if on_step:
+            on_step("check outputs")
+        s0 = time.monotonic()
+        report.output_check = check()
+        report.steps.append(Step("check outputs", time.monotonic() - s0))
     if run_warmup:
         if on_step:
             on_step("warmup")

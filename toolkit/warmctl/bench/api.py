@@ -4,9 +4,10 @@ its streamed completion (TTFT, per-token timings), and its sleep / wake logic.""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from warmctl import sleepwake
+from warmctl import outputcheck, sleepwake
 from warmctl.client import Client
 from warmctl.errors import WarmctlError
 from warmctl.stream import StreamResult, stream_completion
@@ -24,9 +25,12 @@ class Sample:
 
 
 class Api:
-    def __init__(self, base_url: str, model: str, timeout: float = 120.0) -> None:
+    def __init__(
+        self, base_url: str, model: str, timeout: float = 120.0, check_path: Path | None = None
+    ) -> None:
         self.target = parse_target(base_url)
         self.model = model
+        self.check_path = check_path  # warmctl's sleep records, its wake checks (outputcheck)
         self.client = Client(self.target, timeout=timeout)
         self.probe_client = Client(self.target, timeout=2.0)
 
@@ -78,11 +82,17 @@ class Api:
 
     def sleep(self, level: int) -> dict[str, Any]:
         """warmctl's sleep (drains in-flight requests first); its report."""
-        return sleepwake.sleep(self.client, level).to_dict()
+        record = outputcheck.recorder(self.client, self.check_path) if self.check_path else None
+        return sleepwake.sleep(self.client, level, before_sleep=record).to_dict()
 
     def wake(self, level: int) -> dict[str, Any]:
         """warmctl's wake (reload after level 2, then its warmup); its report."""
-        report = sleepwake.wake(self.client, level=level).to_dict()
+        check = (
+            outputcheck.checker(self.client, self.check_path, outputcheck.LOGPROB_TOLERANCE)
+            if self.check_path
+            else None
+        )
+        report = sleepwake.wake(self.client, level=level, check=check).to_dict()
         warm = report.get("warmup") or {}
         # keep the step timings, not every warmup request
         report["warmup"] = {k: v for k, v in warm.items() if k in ("total_s", "batch_sizes")}

@@ -7,6 +7,11 @@ A  plain vLLM: `vllm serve MODEL` with vLLM's defaults, default cache dirs (unde
 B  the project's unit: argv and environment rendered by `warmctl.render` from `templates/`
    with the roles' defaults (every compile/JIT cache on the persistent cache dir, the default
    compilation config, sleep mode on a GPU), then the unit's ExecStartPost warmup.
+W  B with a shorter unit warmup (`W_WARMUP_ARGS`, or --w-warmup-args): the warmup trade-off.
+V  B with the shortest warmup that still warms a 16-wide burst (`V_WARMUP_ARGS`).
+S  B with the EngineCore spawned (VLLM_WORKER_MULTIPROC_METHOD=spawn, vLLM's CLI default)
+   instead of the unit's fork: the lever measured alone.
+   W, V and S share B's cache dir and HOME, so their first start is a primed restart.
 C  B with levers changed: the CUDA-graph capture-size policy (`C_CAPTURE_SIZES`: every
    batch up to 512 tokens still runs in a graph, in 15 sizes instead of vLLM's 51, so each
    restart captures a third as many graphs), and optionally a KV cache sized to the workload
@@ -27,6 +32,14 @@ from warmctl.errors import WarmctlError
 
 # capture sizes of C: ~1.5x steps up to vLLM's default maximum (512), so padding costs < 1.5x
 C_CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+# the unit warmup's arguments in W and V (the unit's own default: `vllm_service_warmup_args`)
+W_WARMUP_ARGS = ("--max-batch", "16", "--max-tokens", "4")
+V_WARMUP_ARGS = ("--batch-sizes", "1,16", "--max-tokens", "2", "--no-chat")
+
+# variables a host's unit never has; the benchmark drops them from its own environment (the
+# H200 image sets PYTHONDONTWRITEBYTECODE=1: every process there would compile its source)
+_HOST_NEVER = ("PYTHONDONTWRITEBYTECODE",)
 
 # variables the benchmark never passes through from its own environment: each configuration
 # says for itself where its caches are (A: nowhere, i.e. vLLM's defaults)
@@ -85,12 +98,17 @@ class Config:
     rendered: bool  # True: the project's unit; False: plain vLLM
     compilation_config: dict[str, Any] | None = None  # merged over the roles' default (C)
     instance_extra: dict[str, Any] = field(default_factory=dict)  # more instance keys (C)
+    shares: str | None = None  # the configuration whose cache dir and HOME this one uses
+
+    @property
+    def cache_key(self) -> str:
+        return self.shares or self.key
 
     def home(self, site: Site) -> Path:
-        return site.workdir / self.key / "home"
+        return site.workdir / self.cache_key / "home"
 
     def cache_dir(self, site: Site) -> Path:
-        return site.workdir / self.key / "cache"
+        return site.workdir / self.cache_key / "cache"
 
     def launch(self, site: Site, tmp: Path) -> Launch:
         """`tmp`: this start's own empty TMPDIR. Keep its path short: vLLM puts its ZMQ IPC
@@ -98,7 +116,9 @@ class Config:
         home = self.home(site)
         for d in (home, tmp, self.cache_dir(site)):
             d.mkdir(parents=True, exist_ok=True)
-        base = {k: v for k, v in os.environ.items() if k not in _CACHE_VARS}
+        base = {
+            k: v for k, v in os.environ.items() if k not in _CACHE_VARS and k not in _HOST_NEVER
+        }
         base.update(HOME=str(home), TMPDIR=str(tmp))
         dirs = {"home": home, "tmp": tmp}
         if not self.rendered:
@@ -135,8 +155,8 @@ class Config:
         inst.update(self.instance_extra)
         if site.extra_args:
             inst["extra_args"] = list(site.extra_args)
-        if site.extra_env:
-            inst["env"] = dict(site.extra_env)
+        if site.extra_env:  # the machine's env, under the configuration's own
+            inst["env"] = {**site.extra_env, **inst.get("env", {})}
         return inst
 
     def hostvars(self, site: Site) -> dict[str, Any]:
@@ -200,6 +220,7 @@ def render_for_bench(config: Config, site: Site) -> Any:
 def standard(
     c_capture_sizes: tuple[int, ...] = C_CAPTURE_SIZES,
     c_gpu_memory_utilization: float | None = None,
+    w_warmup_args: tuple[str, ...] = W_WARMUP_ARGS,
 ) -> dict[str, Config]:
     """A, B and C; C = B + the capture-size policy (+ a KV cache sized to the workload, when
     `c_gpu_memory_utilization` is given: waking re-maps the whole KV cache)."""
@@ -212,4 +233,25 @@ def standard(
         "A": Config("A", "plain vLLM (defaults, default cache dirs, no warmup)", rendered=False),
         "B": Config("B", "project unit (pinned caches, default compilation, warmup)", True),
         "C": Config("C", title, True, {"cudagraph_capture_sizes": list(c_capture_sizes)}, extra),
+        "W": Config(
+            "W",
+            f"B with warmup args {' '.join(w_warmup_args)}",
+            True,
+            instance_extra={"warmup_args": list(w_warmup_args)},
+            shares="B",
+        ),
+        "V": Config(
+            "V",
+            f"B with warmup args {' '.join(V_WARMUP_ARGS)}",
+            True,
+            instance_extra={"warmup_args": list(V_WARMUP_ARGS)},
+            shares="B",
+        ),
+        "S": Config(
+            "S",
+            "B with the EngineCore spawned (VLLM_WORKER_MULTIPROC_METHOD=spawn)",
+            True,
+            instance_extra={"env": {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}},
+            shares="B",
+        ),
     }

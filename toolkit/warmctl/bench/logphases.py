@@ -108,3 +108,15 @@ def _capture_sizes(lines: list[StampedLine]) -> int | None:
 def serve_jit_events(lines: list[StampedLine], start_s: float, end_s: float) -> int:
     """How many kernels vLLM reports JIT-compiled while serving, between two instants."""
     return sum(1 for ln in lines if start_s <= ln.t < end_s and SERVE_JIT.search(ln.text))
+
+
+# vLLM's error lines (its own logger's ERROR level, and Python tracebacks)
+SERVER_ERROR = re.compile(r"\bERROR\b|Traceback \(most recent call last\)|EngineDeadError")
+
+
+def server_errors(lines: list[StampedLine], start_s: float, end_s: float) -> list[str]:
+    """The server's error lines between two instants (at most 40, each cut to 300 chars)."""
+    found = [
+        ln.text[:300] for ln in lines if start_s <= ln.t < end_s and SERVER_ERROR.search(ln.text)
+    ]
+    return found[:40]

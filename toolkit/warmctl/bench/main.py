@@ -9,7 +9,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from warmctl.bench import configs, gpumem, shims
+from warmctl.bench import bytecode, configs, gpumem, shims
 from warmctl.bench.report import print_report
 from warmctl.bench.runner import Knobs, Runner, echo_stderr, parse_plan
 from warmctl.errors import WarmctlError
@@ -49,6 +49,8 @@ def run(
     decode_tokens: int,
     start_timeout: float,
     command_line: str,
+    compile_bytecode: bool = True,
+    w_warmup_args: tuple[str, ...] = configs.W_WARMUP_ARGS,
 ) -> dict[str, Any]:
     if device == "auto":
         device = "gpu" if gpumem.available() else "cpu"
@@ -82,7 +84,9 @@ def run(
         extra_env=extra_env,
         tensor_parallel_size=tensor_parallel_size,
     )
-    table = configs.standard(c_capture_sizes or configs.C_CAPTURE_SIZES, c_gpu_memory_utilization)
+    table = configs.standard(
+        c_capture_sizes or configs.C_CAPTURE_SIZES, c_gpu_memory_utilization, w_warmup_args
+    )
     steps = parse_plan(plan, table)
     meta: dict[str, Any] = {
         "command": command_line,
@@ -92,6 +96,8 @@ def run(
         "device_name": gpumem.gpu_name() or _cpu_name(),
         "model": model_ref,
         "model_config": _model_config(model_path),
+        # what a host runs: the unit's environment, a venv with bytecode (bench/bytecode.py)
+        "bytecode": bytecode.prepare(site.venv / "bin" / "python", compile_bytecode),
         "plan": plan,
         "tensor_parallel_size": tensor_parallel_size,
         "configs": {
@@ -124,12 +130,27 @@ def run(
     return doc
 
 
-def report_only(path: Path) -> None:
+def report_only(path: Path, plot_file: Path | None = None, strict: bool = True) -> None:
+    """Print the tables of a saved document; draw it to `plot_file` (when matplotlib is missing:
+    an error if `strict`, else one note on stderr)."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise WarmctlError(f"cannot read {path}: {exc}", kind="input") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+        raise WarmctlError(f"{path}: not a warmctl bench.json (no steps)", kind="input")
     print_report(doc)
+    if plot_file is not None:
+        from warmctl.bench.plot import draw
+
+        try:
+            draw(doc, plot_file)
+        except WarmctlError as err:
+            if strict or err.kind != "missing_dependency":
+                raise
+            echo_stderr(f"[bench] no picture: {err}")
+            return
+        echo_stderr(f"[bench] startup picture: {plot_file}")
 
 
 def _model_config(path: Path) -> dict[str, Any] | None:

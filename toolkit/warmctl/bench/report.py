@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from warmctl.bench.bytecode import describe
 from warmctl.bench.targets import evaluate
 
 
@@ -114,8 +115,10 @@ def sleep_table(doc: dict[str, Any]) -> Table | None:
         "wake s",
         "1st TTFT ms",
         "wake->token s",
+        "check s",
         "steady ms",
         "output",
+        "log errors",
     ):
         t.add_column(col, justify="left" if col in ("start", "how") else "right")
     for name, c in rows:
@@ -125,7 +128,7 @@ def sleep_table(doc: dict[str, Any]) -> Table | None:
                 _f(c.get("level"), "{}"),
                 c.get("how", "-"),
                 c.get("error") or c.get("skipped"),
-                *[""] * 8,
+                *[""] * 10,
             )
             continue
         t.add_row(
@@ -139,8 +142,68 @@ def sleep_table(doc: dict[str, Any]) -> Table | None:
             _f(c["wake_s"], "{:.3f}"),
             _f(c["first_ttft_ms"]),
             _f(c["wake_to_first_token_s"], "{:.3f}"),
+            _check(c.get("wake_detail") or {}),
             _f(c["steady_after_ms"]),
             {True: "same", False: "DIFFERS"}.get(c.get("output_same"), "-"),
+            str(len(c.get("server_log_errors") or [])),
+        )
+    return t
+
+
+def _check(wake: dict[str, Any]) -> str:
+    """The output check's time when it passed, else its status."""
+    check = wake.get("output_check") or {}
+    if check.get("status") == "passed":
+        return _f(check.get("seconds"), "{:.3f}")
+    return str(check.get("status", "-"))
+
+
+def load_table(doc: dict[str, Any]) -> Table | None:
+    """Sleep and wake under streaming load (loadsleep): what happened to every request."""
+    rows = [
+        (s["name"], r) for s in _ok(doc.get("steps", [])) for r in s.get("sleep_under_load") or []
+    ]
+    if not rows:
+        return None
+    t = Table(title="Sleep under load (warmctl sleep + wake behind the gate)", title_justify="left")
+    for col in (
+        "start",
+        "clients",
+        "level",
+        "in flight",
+        "started",
+        "completed",
+        "refused",
+        "cut",
+        "engine errors",
+        "after wake",
+        "sleep s",
+        "wake s",
+        "output check",
+        "log errors",
+    ):
+        t.add_column(col, justify="left" if col in ("start", "output check") else "right")
+    for name, r in rows:
+        if "error" in r or "skipped" in r:
+            level = _f(r.get("level"), "{}")
+            t.add_row(name, "", level, r.get("error") or r.get("skipped"), *[""] * 10)
+            continue
+        c = r["counts"]
+        t.add_row(
+            name,
+            str(r["clients"]),
+            str(r["level"]),
+            str(r["in_flight_at_sleep"]),
+            str(c["started"]),
+            str(c["completed"]),
+            str(c["refused"]),
+            str(c["cut"]),
+            str(c["engine_errors"]),
+            str(r["completed_after_wake"]),
+            _f(r["sleep_s"], "{:.2f}"),
+            _f(r["wake_s"], "{:.2f}"),
+            str((r.get("output_check") or {}).get("status", "-")),
+            str(len(r.get("server_log_errors") or [])),
         )
     return t
 
@@ -177,9 +240,11 @@ def print_report(doc: dict[str, Any], console: Console | None = None) -> None:
         f"vLLM {meta.get('vllm_version', '?')} on {meta.get('device_name') or meta.get('device')}"
         f", model {meta.get('model')}, plan {meta.get('plan')}"
     )
+    console.print(describe(meta.get("bytecode")))
     for table in (
         phases_table(doc),
         sleep_table(doc),
+        load_table(doc),
         leaks_table(doc),
         starts_table(doc),
         targets_table(doc),

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from warmctl.bench import gpumem, measure
+from warmctl.bench import gpumem, loadsleep, measure
 from warmctl.bench.api import Api
 from warmctl.bench.configs import Config, Launch, Site
 from warmctl.bench.inventory import cache_bytes
-from warmctl.bench.logphases import parse_startup, serve_jit_events
+from warmctl.bench.logphases import parse_startup, serve_jit_events, server_errors
 from warmctl.bench.process import ServerProcess, session_pids
 from warmctl.bench.sleepcycle import cycle
 from warmctl.errors import WarmctlError
@@ -35,10 +35,11 @@ from warmctl.errors import WarmctlError
 class Step:
     config: Config
     sleep: bool  # run the sleep / wake cycles after the request measurements
+    load: bool = False  # then sleep and wake under streaming load (loadsleep)
 
     @property
     def label(self) -> str:
-        return self.config.key + ("+sleep" if self.sleep else "")
+        return self.config.key + ("+sleep" if self.sleep else "") + ("+load" if self.load else "")
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,18 @@ def parse_plan(text: str, configs: dict[str, Config]) -> list[Step]:
         item = raw.strip()
         if not item:
             continue
-        key, _, flag = item.partition("+")
-        if key not in configs or flag not in ("", "sleep"):
+        key, *flags = item.split("+")
+        if (
+            key not in configs
+            or not set(flags) <= {"sleep", "load"}
+            or len(set(flags)) < len(flags)
+        ):
             raise WarmctlError(
                 f"bad plan item {item!r}: expected one of {', '.join(configs)} "
-                "optionally followed by +sleep (e.g. A,B,B+sleep,C,C)",
+                "optionally followed by +sleep and/or +load (e.g. A,B,B+sleep+load,W)",
                 kind="input",
             )
-        steps.append(Step(configs[key], flag == "sleep"))
+        steps.append(Step(configs[key], "sleep" in flags, "load" in flags))
     if not steps:
         raise WarmctlError("the plan is empty", kind="input")
     return steps
@@ -98,12 +103,12 @@ class Runner:
     def run(self) -> dict[str, Any]:
         self.out.mkdir(parents=True, exist_ok=True)
         for i, step in enumerate(self.steps):
-            n = self.starts.get(step.config.key, 0)
+            n = self.starts.get(step.config.cache_key, 0)
             state = "cold" if n == 0 else "restart"
             name = f"{i + 1}-{step.config.key}-{state}"
             skip = self._over_budget(state)
             if not skip:  # a skipped start leaves nothing on disk: the next one is still cold
-                self.starts[step.config.key] = n + 1
+                self.starts[step.config.cache_key] = n + 1
             if skip:
                 self.echo(f"[bench] {name}: skipped ({skip})")
                 self._record(
@@ -150,6 +155,7 @@ class Runner:
             "config": cfg.key,
             "state": state,
             "sleep_planned": step.sleep,
+            "load_planned": step.load,
         }
         # vLLM puts its ZMQ IPC sockets in TMPDIR (a socket path has at most 107 bytes)
         base = tempfile.gettempdir()
@@ -171,7 +177,9 @@ class Runner:
         rec["warmup_argv"] = launch.warmup_argv
         idle = gpumem.read()
         rec["gpu_idle_mib"] = idle.used_mib if idle else None
-        api = Api(launch.spec.base_url, site.served_name)
+        api = Api(
+            launch.spec.base_url, site.served_name, check_path=self.out / f"{name}.outputs.json"
+        )
         rec["base_url"] = launch.spec.base_url
         counter = measure.Counter()
         server = ServerProcess(launch.spec, self.out / f"{name}.log")
@@ -203,6 +211,8 @@ class Runner:
             rec["gpu_serving"] = dataclasses.asdict(serving) if serving else None
             if step.sleep:
                 rec["sleep"] = self._sleep_cycles(launch, api, counter, server, rec)
+            if step.load:
+                rec["sleep_under_load"] = self._under_load(launch, api, server, name)
         except WarmctlError as err:
             rec["error"] = str(err)
             self.echo(f"[bench] {name}: FAILED: {err}")
@@ -244,6 +254,31 @@ class Runner:
             raise WarmctlError(f"the unit's warmup exited {proc.returncode}: {last[0][:300]}")
         return {"seconds": round(took, 3), "output": proc.stdout.strip().splitlines()[-20:]}
 
+    def _under_load(
+        self, launch: Launch, api: Api, server: ServerProcess, name: str
+    ) -> list[dict[str, Any]]:
+        if not launch.sleep:
+            return [{"skipped": "sleep mode is off in this configuration's unit"}]
+        out: list[dict[str, Any]] = []
+        for level in (1, 2):
+            t = server.elapsed()
+            try:
+                res = loadsleep.run(
+                    api,
+                    self.out / f"{name}.gate",
+                    self.out / f"{name}.load-outputs.json",
+                    level=level,
+                )
+            except WarmctlError as err:
+                self.echo(f"[bench]   sleep L{level} under load FAILED: {err}")
+                out.append({"level": level, "error": str(err)})
+                continue
+            rec = dataclasses.asdict(res)
+            rec["server_log_errors"] = server_errors(server.lines(), t, server.elapsed() + 1)
+            out.append(rec)
+            self.echo("[bench]   sleep under load: " + loadsleep.summary(res))
+        return out
+
     def _sleep_cycles(
         self,
         launch: Launch,
@@ -270,11 +305,16 @@ class Runner:
                 out.append({"level": level, "how": how, "error": str(err)})
                 self.echo(f"[bench]   sleep L{level} ({how}) FAILED: {err}")
                 continue
-            jit = serve_jit_events(server.lines(), t, server.elapsed() + 1)
+            lines = server.lines()
+            jit = serve_jit_events(lines, t, server.elapsed() + 1)
             res = dataclasses.replace(res, jit_events=jit)
             out.append(
                 dataclasses.asdict(res)
-                | {"freed_fraction": res.freed_fraction, "output_same": res.output_same}
+                | {
+                    "freed_fraction": res.freed_fraction,
+                    "output_same": res.output_same,
+                    "server_log_errors": server_errors(lines, t, server.elapsed() + 1),
+                }
             )
             self.echo(
                 f"[bench]   sleep L{level} ({how}): sleep {res.sleep_s:.2f} s, wake "

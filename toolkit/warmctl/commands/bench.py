@@ -62,8 +62,10 @@ def _parse_sizes(text: str) -> tuple[int, ...]:
     "--plan",
     default="A,B,B+sleep,C,C",
     show_default=True,
-    help="Starts in order; a configuration's repeat is a restart with primed caches; "
-    "+sleep adds the sleep/wake cycles.",
+    help="Starts in order (A plain vLLM, B the unit, C B + levers, W/V B with a shorter warmup, "
+    "S B with a spawned EngineCore; W, V and S restart from B's caches); a configuration's "
+    "repeat is a restart with primed caches; +sleep adds the sleep/wake cycles, +load sleep "
+    "and wake under 16 streaming clients.",
 )
 @click.option(
     "--device",
@@ -133,11 +135,34 @@ def _parse_sizes(text: str) -> tuple[int, ...]:
 @click.option("--decode-tokens", type=int, default=128, show_default=True)
 @click.option("--start-timeout", type=float, default=420.0, show_default=True)
 @click.option(
+    "--compile-bytecode/--no-compile-bytecode",
+    default=True,
+    show_default=True,
+    help="Compile the vLLM interpreter's site-packages before the plan, as the deployment "
+    "does on a host (the JSON records the bytecode share before and after either way).",
+)
+@click.option(
+    "--w-warmup-args",
+    default=None,
+    metavar="ARGS",
+    help="The unit warmup's arguments in configuration W (default: "
+    "'--max-batch 16 --max-tokens 4'); the warmup trade-off against B.",
+)
+@click.option(
+    "--plot",
+    "plot_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="PNG",
+    help="Draw each start's phases, stacked, to PNG (needs matplotlib: the [bench] extra). "
+    "With --report the default is the JSON's name with .png, drawn when matplotlib is there.",
+)
+@click.option(
     "--report",
     "report_file",
     type=click.Path(path_type=Path, exists=True),
     default=None,
-    help="Only print the tables of a saved bench.json.",
+    help="Only print the tables of a saved bench.json and draw its starts (see --plot).",
 )
 def command(
     model: str | None,
@@ -160,6 +185,9 @@ def command(
     decode_tokens: int,
     start_timeout: float,
     report_file: Path | None,
+    compile_bytecode: bool,
+    w_warmup_args: str | None,
+    plot_file: Path | None,
 ) -> None:
     """Cold-start / restart / sleep benchmark of a rendered instance.
 
@@ -171,7 +199,9 @@ def command(
         from warmctl.bench.main import report_only, run
 
         if report_file is not None:
-            report_only(report_file)
+            report_only(
+                report_file, plot_file or report_file.with_suffix(".png"), strict=bool(plot_file)
+            )
             return
         if not model:
             raise WarmctlError("--model is required (a model folder or id)", kind="input")
@@ -196,7 +226,13 @@ def command(
             decode_tokens=decode_tokens,
             start_timeout=start_timeout,
             command_line=_command_line(click.get_current_context()),
+            compile_bytecode=compile_bytecode,
+            **({"w_warmup_args": tuple(shlex.split(w_warmup_args))} if w_warmup_args else {}),
         )
+        if plot_file is not None:
+            from warmctl.bench.plot import draw
+
+            draw(doc, plot_file)
     except WarmctlError as err:
         click.echo(f"warmctl bench: {err}", err=True)
         sys.exit(err.exit_code)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
+from warmctl.errors import WarmctlError
 from warmctl.options import guard, host_options, per_host, resolve_targets
 from warmctl.target import Target
 
@@ -41,6 +44,15 @@ from warmctl.target import Target
     help="Close the gate and drain, but do not POST /sleep (servers that cannot sleep, e.g. "
     "on CPU: stop the unit afterwards).",
 )
+@click.option(
+    "--output-check",
+    "check_file",
+    metavar="FILE",
+    envvar="WARMCTL_OUTPUT_CHECK",
+    show_envvar=True,
+    help="Record the greedy answers (token ids, logprobs) of a few fixed prompts to FILE once "
+    "the server is drained, before /sleep; `warmctl wake --output-check FILE` replays them.",
+)
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -50,6 +62,7 @@ def command(
     drain_timeout: float,
     gate_path: str | None,
     drain_only: bool,
+    check_file: str | None,
 ) -> None:
     """Drain in-flight requests, then put a server to sleep.
 
@@ -65,10 +78,17 @@ def command(
         from warmctl.client import Client
         from warmctl.gate import behind_closed_gate, drain_only_report, gate_for
         from warmctl.output import report_hosts
+        from warmctl.outputcheck import recorder
         from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, SleepReport, sleep
 
         targets = resolve_targets(hosts)
         gate = gate_for(gate_path, targets)
+        if check_file and len(targets) != 1:
+            raise WarmctlError(
+                f"--output-check belongs to one instance: give exactly one HOST, not "
+                f"{len(targets)}",
+                kind="input",
+            )
 
         def one(t: Target) -> SleepReport:
             client = Client(t, api_key, timeout)
@@ -79,6 +99,7 @@ def command(
                 level=level,
                 drain_timeout=drain_timeout,
                 op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
+                before_sleep=recorder(client, Path(check_file)) if check_file else None,
             )
 
         results = per_host(
@@ -91,7 +112,11 @@ def command(
             if r.already_asleep:
                 return [f"{r.target}: already asleep, nothing to do"]
             steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps)
-            return [f"{r.target}: asleep at level {r.level} ({steps})"]
+            out = [f"{r.target}: asleep at level {r.level} ({steps})"]
+            if r.output_check:
+                c = r.output_check
+                out.append(f"{r.target}: recorded {c['prompts']} greedy answers to {c['file']}")
+            return out
 
         labels = [t.label for t in targets]
         return report_hosts("sleep", labels, results, SleepReport, lines, as_json=as_json)

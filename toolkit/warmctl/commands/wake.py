@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
+from warmctl.errors import WarmctlError
 from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.target import Target
 from warmctl.warmup_cli import warmup_kwargs, warmup_options
 
 
@@ -32,6 +36,25 @@ from warmctl.warmup_cli import warmup_kwargs, warmup_options
     help="The instance's proxy gate flag (one HOST): removed once the server is awake and "
     "warm, so the proxy passes requests again.",
 )
+@click.option(
+    "--output-check",
+    "check_file",
+    metavar="FILE",
+    envvar="WARMCTL_OUTPUT_CHECK",
+    show_envvar=True,
+    help="Before the warmup and the gate: ask the prompts `warmctl sleep --output-check FILE` "
+    "recorded and fail (gate closed, exit 2) when a token id differs or a logprob moved more "
+    "than --output-tolerance; the failure is kept in FILE and sleeps refuse to record until a "
+    "check passes again (after a restart). No recording in FILE: not checked (said so).",
+)
+@click.option(
+    "--output-tolerance",
+    type=click.FloatRange(min=0),
+    default=0.05,
+    show_default=True,
+    metavar="X",
+    help="Largest logprob difference accepted on an equal token.",
+)
 @warmup_options
 def command(
     hosts: tuple[str, ...],
@@ -42,6 +65,8 @@ def command(
     no_warmup: bool,
     full_warmup: bool,
     gate_path: str | None,
+    check_file: str | None,
+    output_tolerance: float,
     **options: object,
 ) -> None:
     """Wake a sleeping server (reloading weights after level 2), then warm it.
@@ -59,6 +84,7 @@ def command(
     def body() -> int:
         from warmctl.client import Client
         from warmctl.output import report_hosts
+        from warmctl.outputcheck import checker
         from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, WakeReport, wake
         from warmctl.warmup_cli import progress_display
 
@@ -68,21 +94,28 @@ def command(
 
         targets = resolve_targets(hosts)
         gate = gate_for(gate_path, targets)
-        wanted = None if level == "auto" else int(level)
-        with progress_display(not as_json and not no_warmup) as make:
-            results = per_host(
-                targets,
-                lambda t: open_after(
-                    gate,
-                    lambda: wake(
-                        Client(t, api_key, timeout),
-                        level=wanted,
-                        run_warmup=not no_warmup,
-                        warmup_options={**kwargs, "progress": make(t.label)},
-                        op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
-                    ),
-                ),
+        if check_file and len(targets) != 1:
+            raise WarmctlError(
+                f"--output-check belongs to one instance: give exactly one HOST, not "
+                f"{len(targets)}",
+                kind="input",
             )
+        wanted = None if level == "auto" else int(level)
+
+        def one(t: Target, progress: object) -> WakeReport:
+            client = Client(t, api_key, timeout)
+            check = checker(client, Path(check_file), output_tolerance) if check_file else None
+            return wake(
+                client,
+                level=wanted,
+                run_warmup=not no_warmup,
+                warmup_options={**kwargs, "progress": progress},
+                op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
+                check=check,
+            )
+
+        with progress_display(not as_json and not no_warmup) as make:
+            results = per_host(targets, lambda t: open_after(gate, lambda: one(t, make(t.label))))
 
         def lines(r: WakeReport) -> list[str]:
             steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps) or "nothing to do"
@@ -91,6 +124,17 @@ def command(
                 if r.already_awake
                 else f"{r.target}: awake after level {r.level} ({r.level_source}): {steps}"
             ]
+            if r.output_check:
+                c = r.output_check
+                if c["status"] == "passed":
+                    diff = c.get("max_logprob_diff")
+                    out.append(
+                        f"{r.target}: outputs checked: {c['prompts']} greedy answers as before "
+                        f"the sleep ({c['seconds']:.2f} s"
+                        + (f", logprobs within {diff:.2g})" if diff is not None else ")")
+                    )
+                else:
+                    out.append(f"{r.target}: outputs NOT checked: {c['detail']} ({c['file']})")
             if r.warmup:
                 w = r.warmup
                 ramp = ",".join(map(str, w.batch_sizes)) or "none"

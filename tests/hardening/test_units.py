@@ -148,8 +148,10 @@ def test_window_services_gate_and_drain() -> None:
     gpu = rendered("gpu-sleep-proxied").files
     sleep = gpu["/etc/systemd/system/vllm-qwen-sleep-nights.service"]
     wake = gpu["/etc/systemd/system/vllm-qwen-wake-nights.service"]
-    assert systemd_split(unit_values(sleep, "Service", "ExecStart")[0])[-2:] == [
-        "--gate", "/run/vllm-gate/qwen.closed"]  # fmt: skip
+    argv = systemd_split(unit_values(sleep, "Service", "ExecStart")[0])
+    gate = argv.index("--gate")
+    assert argv[gate : gate + 2] == ["--gate", "/run/vllm-gate/qwen.closed"]
+    assert argv[argv.index("--output-check") + 1] == "/var/lib/warmctl/qwen.outputs.json"
     assert "--gate" in systemd_split(unit_values(wake, "Service", "ExecStart")[0])
     cpu = rendered("cpu-proxied").files
     sleep = cpu["/etc/systemd/system/vllm-tiny-sleep-nights.service"]

@@ -369,11 +369,17 @@ class Client:
         timeout: float = 600.0,
         interval: float = 0.5,
         alive: Callable[[], bool] | None = None,
+        *,
+        wait_start: bool = True,
+        on_wait: Callable[[str], None] | None = None,
     ) -> list[dict[str, Any]]:
         """Wait until `/v1/models` lists a model (`/health` alone answers before the model is
-        loaded). Retries refused connections, timeouts and 5xx; other failures raise at once.
-        `alive`: when given and it turns false (the server process is gone), stop waiting."""
-        deadline = time.monotonic() + timeout
+        loaded). Retries 5xx and an empty list; refused connections and timeouts too when
+        `wait_start` (a server still starting), else they raise at once, as does any other
+        failure. `alive`: when given and it turns false (the server process is gone), stop
+        waiting. `on_wait(text)`: told what is awaited and for how long so far."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout
         last: WarmctlError | None = None
         while True:
             try:
@@ -382,9 +388,21 @@ class Client:
                     return models
                 last = WarmctlError(f"{self.target.label}: /v1/models lists no model yet")
             except WarmctlError as err:
-                if err.kind not in ("refused", "timeout", "server"):
+                retry = ("refused", "timeout", "server") if wait_start else ("server",)
+                if err.kind not in retry:
+                    if err.kind in ("refused", "timeout"):
+                        raise WarmctlError(
+                            f"{err.message} (--wait-ready waits for a server that is starting)",
+                            kind=err.kind,
+                        ) from None
                     raise
                 last = err
+            if on_wait is not None:
+                why = last.message.removeprefix(self.target.label + ": ") if last else ""
+                on_wait(
+                    f"waiting for /v1/models to list the model, {time.monotonic() - t0:.0f} s "
+                    f"of {timeout:g} s ({why})"
+                )
             if alive is not None and not alive():
                 raise WarmctlError(
                     f"{self.target.label}: the server process exited before it was ready",

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.options import guard, host_options, per_host, resolve_targets, textfile_options
 from warmctl.target import Target
+from warmctl.warmup_cli import wait_ready_option
 
 if TYPE_CHECKING:
     from warmctl.verify import VerifyReport
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
     show_default=True,
     help="Seconds to wait for the server to list its model on /v1/models.",
 )
+@wait_ready_option()
 @click.option("--model", metavar="NAME", help="Served model to check (default: the first).")
 @click.option(
     "--asleep-ok",
@@ -108,6 +110,7 @@ if TYPE_CHECKING:
     metavar="S",
     help="Seconds between a FAILed attempt and the next.",
 )
+@textfile_options
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -128,6 +131,9 @@ def command(
     parallel: int | None,
     attempts: int,
     attempt_pause: float,
+    wait_ready: bool,
+    textfile_dir: str | None,
+    instance_name: str | None,
 ) -> None:
     """Measure first-request vs steady TTFT and decode speed; PASS/FAIL per host.
 
@@ -139,17 +145,23 @@ def command(
     host is measured again, up to N times. A sleeping host is reported as ASLEEP, not measured
     (also behind the proxy, whose sleep gate answers 503).
 
+    A host that refuses connections or does not resolve is reported at once (exit 2, one
+    line); --wait-ready waits up to --ready-timeout for one that is still starting. On a
+    terminal, each host's line says what is being measured or waited for.
+
     Exit status: 0 all PASS, 1 any FAIL or ASLEEP (ASLEEP passes with --asleep-ok), 2 any host
     unreachable or erroring.
     """
 
     def body() -> int:
         from warmctl.client import Client
-        from warmctl.options import inventory_parallel
+        from warmctl.options import check_instance_name, inventory_parallel, write_metrics
         from warmctl.output import console, emit_json, error_line, ms, status_style, table
         from warmctl.verify import Thresholds, VerifyReport, exit_code, verify_attempts
+        from warmctl.waits import board, say_of
 
         targets = resolve_targets(hosts, inventory_path, limit)
+        check_instance_name(instance_name, targets)
         ctx = click.get_current_context()
         given = {
             name
@@ -171,32 +183,38 @@ def command(
         def attempts_for(t: Target) -> int:
             return attempts if "attempts" in given else int(t.settings.get("attempts", attempts))
 
-        reports = per_host(
-            targets,
-            lambda t: verify_attempts(
-                Client(t, api_key, timeout),
-                attempts=attempts_for(t),
-                pause_s=attempt_pause,
-                steady=steady,
-                max_tokens=max_tokens,
-                decode_tokens=decode_tokens,
-                thresholds=limits_for(t),
-                ready_timeout=ready_timeout,
-                model=model,
-            ),
-            workers=parallel or inventory_parallel(targets),
-        )
+        with board(not as_json) as track:
+            reports = per_host(
+                targets,
+                lambda t: verify_attempts(
+                    Client(t, api_key, timeout),
+                    attempts=attempts_for(t),
+                    pause_s=attempt_pause,
+                    steady=steady,
+                    max_tokens=max_tokens,
+                    decode_tokens=decode_tokens,
+                    thresholds=limits_for(t),
+                    ready_timeout=ready_timeout,
+                    model=model,
+                    wait_start=wait_ready,
+                    on_wait=say_of(track(t.label)),
+                ),
+                workers=parallel or inventory_parallel(targets),
+            )
         done = [
             r if isinstance(r, VerifyReport) else VerifyReport(t.label, error=str(r))
             for t, r in zip(targets, reports, strict=True)
         ]
         code = exit_code(done, asleep_ok=asleep_ok)
+        code = max(code, write_metrics(textfile_dir, instance_name, "verify", targets, done))
         for r in done:
             if r.error:
                 error_line(r.error)
         if as_json:
             emit_json("verify", [r.to_dict() for r in done], code)
             return code
+        if all(r.status == "ERROR" for r in done):
+            return code  # nothing measured: the one line per host on stderr says it all
         rows = []
         for r in done:
             first_total = r.first.total_s if r.first else None

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.options import guard, host_options, per_host, resolve_targets, textfile_options
+from warmctl.target import Target
 from warmctl.warmup_cli import warmup_kwargs, warmup_options
+
+if TYPE_CHECKING:
+    from warmctl.sleepwake import WakeReport
+    from warmctl.waits import Tracker
 
 
 @click.command(name="wake")
@@ -33,6 +40,7 @@ from warmctl.warmup_cli import warmup_kwargs, warmup_options
     "warm, so the proxy passes requests again.",
 )
 @warmup_options
+@textfile_options
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -42,6 +50,8 @@ def command(
     no_warmup: bool,
     full_warmup: bool,
     gate_path: str | None,
+    textfile_dir: str | None,
+    instance_name: str | None,
     **options: object,
 ) -> None:
     """Wake a sleeping server (reloading weights after level 2), then warm it.
@@ -51,7 +61,8 @@ def command(
     Then /is_sleeping must say false, and a warmup runs so the first user request after a wake
     is fast: one short streamed request per route (completions, and chat when the model has a
     template), or with --full-warmup (implied by --batch-sizes) the whole `warmctl warmup`.
-    Already awake: only the warmup runs.
+    Already awake: only the warmup runs. On a terminal, each host's line says which step it
+    waits for and for how long.
 
     Exit status: 0 awake (and warm), 2 on any error.
     """
@@ -65,24 +76,26 @@ def command(
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
         kwargs["light"] = not (full_warmup or "batch_sizes" in kwargs)
         from warmctl.gate import gate_for, open_after
+        from warmctl.options import check_instance_name, write_metrics
 
         targets = resolve_targets(hosts)
+        check_instance_name(instance_name, targets)
         gate = gate_for(gate_path, targets)
         wanted = None if level == "auto" else int(level)
-        with progress_display(not as_json and not no_warmup) as make:
-            results = per_host(
-                targets,
-                lambda t: open_after(
-                    gate,
-                    lambda: wake(
-                        Client(t, api_key, timeout),
-                        level=wanted,
-                        run_warmup=not no_warmup,
-                        warmup_options={**kwargs, "progress": make(t.label)},
-                        op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
-                    ),
-                ),
+
+        def one(t: Target, tracker: Tracker | None) -> WakeReport:
+            return wake(
+                Client(t, api_key, timeout),
+                level=wanted,
+                run_warmup=not no_warmup,
+                warmup_options={**kwargs, "progress": tracker},
+                op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
+                on_step=(lambda step: tracker.say(f"waking: {step}")) if tracker else None,
             )
+
+        with progress_display(not as_json) as make:
+            results = per_host(targets, lambda t: open_after(gate, lambda: one(t, make(t.label))))
+        metrics_code = write_metrics(textfile_dir, instance_name, "wake", targets, results)
 
         def lines(r: WakeReport) -> list[str]:
             steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps) or "nothing to do"
@@ -101,6 +114,7 @@ def command(
             return out
 
         labels = [t.label for t in targets]
-        return report_hosts("wake", labels, results, WakeReport, lines, as_json=as_json)
+        code = report_hosts("wake", labels, results, WakeReport, lines, as_json=as_json)
+        return max(code, metrics_code)
 
     guard(body)

@@ -81,6 +81,7 @@ def warmup_options(fn: F) -> F:
             "--main-pid",
             type=click.IntRange(min=1),
             envvar="MAINPID",
+            show_envvar=True,
             metavar="PID",
             help="Stop waiting as soon as this process (the server) exits. Default: $MAINPID, "
             "which systemd sets for ExecStartPost.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -79,6 +80,7 @@ if TYPE_CHECKING:
     "--asleep-ok",
     is_flag=True,
     envvar="WARMCTL_VERIFY_ASLEEP_OK",
+    show_envvar=True,
     help="A host asleep (in its sleep window) does not fail the run: it is reported ASLEEP, "
     "not measured, and exits 0 (a deploy inside a window uses this).",
 )
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
     "--parallel",
     type=click.IntRange(min=1),
     envvar="WARMCTL_VERIFY_PARALLEL",
+    show_envvar=True,
     help="Hosts measured at once (default: the inventory's vllm_verify_throttle, else 16). "
     "Each measurement is a client on this machine: with few cores, fewer at a time keeps one "
     "host's requests from delaying another's first request.",
@@ -96,6 +99,7 @@ if TYPE_CHECKING:
     default=1,
     show_default=True,
     envvar="WARMCTL_VERIFY_ATTEMPTS",
+    show_envvar=True,
     help="Measure a FAILing host again, up to this many times in all; it passes when an "
     "attempt passes, and every attempt is reported (inventory hosts: their "
     "vllm_verify_attempts unless this is given). A later attempt's first request follows the "
@@ -156,7 +160,16 @@ def command(
     def body() -> int:
         from warmctl.client import Client
         from warmctl.options import check_instance_name, inventory_parallel, write_metrics
-        from warmctl.output import console, emit_json, error_line, ms, status_style, table
+        from warmctl.output import (
+            console,
+            emit_json,
+            error_line,
+            journal_attached,
+            ms,
+            status_style,
+            table,
+            warning_line,
+        )
         from warmctl.verify import Thresholds, VerifyReport, exit_code, verify_attempts
         from warmctl.waits import board, say_of
 
@@ -207,9 +220,12 @@ def command(
         ]
         code = exit_code(done, asleep_ok=asleep_ok)
         code = max(code, write_metrics(textfile_dir, instance_name, "verify", targets, done))
+        in_journal = journal_attached(sys.stderr)
         for r in done:
             if r.error:
                 error_line(r.error)
+            elif r.status != "PASS" and in_journal:  # `journalctl -p warning` finds it
+                warning_line(f"{r.target}: {r.status}: {_why(r)}")
         if as_json:
             emit_json("verify", [r.to_dict() for r in done], code)
             return code

@@ -68,7 +68,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         '"cudagraph_mode": "FULL_AND_PIECEWISE"}\' --enable-sleep-mode'
     ]
     assert r.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--ready-timeout", "1800",
+        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready", "--ready-timeout", "1800",
     ]  # fmt: skip
     assert r.env == {
         "VLLM_CACHE_ROOT": "/var/cache/vllm/vllm",
@@ -177,11 +177,11 @@ def test_two_instances_on_one_host():
     assert chat.unit_name == "vllm-chat.service" and coder.unit_name == "vllm-coder.service"
     assert chat.argv[chat.argv.index("--host") + 1] == "127.0.0.1"
     assert chat.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--ready-timeout", "1800",
+        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready", "--ready-timeout", "1800",
         "--prompt", "hello world",
     ]  # fmt: skip
     assert coder.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--ready-timeout", "1800",
+        "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--wait-ready", "--ready-timeout", "1800",
         "--prompt", "hello world",
         "--max-batch", "4",
     ]  # fmt: skip
@@ -341,3 +341,25 @@ def test_cpu_instances_get_their_own_cores_gpu_instances_ignore_cpus():
     assert (
         "VLLM_CPU_OMP_THREADS_BIND" not in render_instance(gpu, host_vars(GOOD, "gpu_nosleep")).env
     )
+
+
+def test_textfile_dir_reaches_the_warmup_and_the_window_services():
+    """vllm_service_textfile_dir set: the unit's warmup and both window services write the
+    instance's metrics there (the sleep with its window's wake time), and the sandboxes may."""
+    instance = GOOD["gpu_sleep"]["vllm_service_instances"][0]
+    variables = {**host_vars(GOOD, "gpu_sleep"), "vllm_service_textfile_dir": "/var/lib/tf"}
+    r = render_instance(instance, variables)
+    metrics = ["--textfile-dir", "/var/lib/tf", "--instance", "qwen"]
+    assert r.warmup_argv[r.warmup_argv.index("--textfile-dir") :][:4] == metrics
+    assert "-/var/lib/tf" in unit_values(r.unit_text, "Service", "ReadWritePaths")
+    sleep = r.files["/etc/systemd/system/vllm-qwen-sleep-nights.service"]
+    wake = r.files["/etc/systemd/system/vllm-qwen-wake-nights.service"]
+    [sleep_cmd] = unit_values(sleep, "Service", "ExecStart")
+    [wake_cmd] = unit_values(wake, "Service", "ExecStart")
+    assert " ".join(metrics) + " --next-wake '30 7 * * 1-5'" in sleep_cmd
+    assert " ".join(metrics) in wake_cmd
+    for text in (sleep, wake):
+        assert "-/var/lib/tf" in unit_values(text, "Service", "ReadWritePaths")
+    # off by default: nothing about metrics anywhere
+    plain = render_instance(instance, host_vars(GOOD, "gpu_sleep"))
+    assert all("--textfile-dir" not in text for text in plain.files.values())

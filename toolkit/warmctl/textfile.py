@@ -244,7 +244,12 @@ def update(
             samples[_key(f"warmctl_last_{outcome}_timestamp_seconds", cmd)] = stamp
             registry = CollectorRegistry(auto_describe=False)
             registry.register(_Samples(samples))  # type: ignore[arg-type]
-            write_to_textfile(str(path), registry)
+            # readable by node_exporter's user whatever the unit's UMask (0027 in the units)
+            old_mask = os.umask(0o022)
+            try:
+                write_to_textfile(str(path), registry)
+            finally:
+                os.umask(old_mask)
     except OSError as err:
         raise WarmctlError(
             f"cannot write metrics to {str(path)!r}: {err.strerror or err}", kind="input"

@@ -68,7 +68,8 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         '"cudagraph_mode": "FULL_AND_PIECEWISE"}\' --enable-sleep-mode'
     ]
     assert r.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready", "--ready-timeout", "1800",
+        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready",
+        "--ready-timeout", "1800",
     ]  # fmt: skip
     assert r.env == {
         "VLLM_CACHE_ROOT": "/var/cache/vllm/vllm",
@@ -177,11 +178,13 @@ def test_two_instances_on_one_host():
     assert chat.unit_name == "vllm-chat.service" and coder.unit_name == "vllm-coder.service"
     assert chat.argv[chat.argv.index("--host") + 1] == "127.0.0.1"
     assert chat.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready", "--ready-timeout", "1800",
+        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready",
+        "--ready-timeout", "1800",
         "--prompt", "hello world",
     ]  # fmt: skip
     assert coder.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--wait-ready", "--ready-timeout", "1800",
+        "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--wait-ready",
+        "--ready-timeout", "1800",
         "--prompt", "hello world",
         "--max-batch", "4",
     ]  # fmt: skip

@@ -67,7 +67,7 @@ def textfile_options(fn: F) -> F:
             metavar="DIR",
             envvar="WARMCTL_TEXTFILE_DIR",
             show_envvar=True,
-            type=click.Path(file_okay=False),
+            type=click.Path(file_okay=False, exists=True, writable=True),
             help="Also write the results as Prometheus metrics, one file per instance "
             "(warmctl_INSTANCE.prom), for node_exporter's textfile collector; metrics an "
             "earlier command wrote there are kept. See docs/MONITORING.md.",

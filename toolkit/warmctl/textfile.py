@@ -212,7 +212,7 @@ def update(
     path = folder / file_name(instance.name)
     stamp = time.time() if now is None else now
     try:
-        with open(folder / f".{path.name}.lock", "a") as lock:
+        with open(folder / f".{path.stem}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             kept = {
                 k: v

@@ -58,10 +58,12 @@ METRICS: dict[str, Spec] = {
     "warmctl_verify_first_total_seconds": Spec(
         "Total time of the first request of the last verify.", owner="verify"
     ),
-    "warmctl_verify_steady_ttft_seconds": Spec(
-        "Time to first token of the last verify's steady requests (quantile 0.5 and 0.9).",
-        ("quantile",),
-        "verify",
+    "warmctl_verify_steady_ttft_median_seconds": Spec(
+        "Median time to first token of the last verify's steady requests.", owner="verify"
+    ),
+    "warmctl_verify_steady_ttft_p90_seconds": Spec(
+        "90th percentile time to first token of the last verify's steady requests.",
+        owner="verify",
     ),
     "warmctl_verify_first_steady_ratio": Spec(
         "First-request TTFT divided by the steady median TTFT (last verify).", owner="verify"
@@ -201,7 +203,7 @@ def update(
     """Merge one command's results into the instance's textfile; return its path.
 
     `values`: metric -> value, or -> {label value: value} for the metric's one extra label
-    (verify_result, steady quantiles); None leaves the metric out. Every metric `command` owns
+    (warmctl_verify_result's result); None leaves the metric out. Every metric `command` owns
     is replaced (a failed verify leaves no stale TTFT behind); the others are kept.
     """
     if command not in COMMANDS:
@@ -264,17 +266,13 @@ def results_onehot(result: str) -> dict[str, float]:
 def verify_values(report: Mapping[str, Any]) -> dict[str, Any]:
     """Metric values from `VerifyReport.to_dict()`."""
     status = str(report.get("status") or "ERROR").lower()
-    steady = {
-        q: report.get(k)
-        for q, k in (("0.5", "steady_median_ttft_s"), ("0.9", "steady_p90_ttft_s"))
-        if report.get(k) is not None
-    }
     decode = report.get("decode_ms_per_token")
     return {
         "warmctl_verify_result": results_onehot(status if status in RESULTS else "error"),
         "warmctl_verify_first_ttft_seconds": report.get("first_ttft_s"),
         "warmctl_verify_first_total_seconds": report.get("first_total_s"),
-        "warmctl_verify_steady_ttft_seconds": steady or None,
+        "warmctl_verify_steady_ttft_median_seconds": report.get("steady_median_ttft_s"),
+        "warmctl_verify_steady_ttft_p90_seconds": report.get("steady_p90_ttft_s"),
         "warmctl_verify_first_steady_ratio": report.get("ratio"),
         "warmctl_verify_decode_seconds_per_token": None if decode is None else decode / 1000,
         "warmctl_verify_attempts": report.get("attempt") or 1,

@@ -62,7 +62,8 @@ def test_verify_wait_ready_waits_for_a_starting_server(run) -> None:
     thread = threading.Thread(target=start_later)
     thread.start()
     try:
-        result = run("verify", f"127.0.0.1:{port}", "--wait-ready", "--steady", "2", "--json")
+        args = ["--wait-ready", "--steady", "2", "--max-ratio", "100", "--json"]  # about waiting
+        result = run("verify", f"127.0.0.1:{port}", *args)
         assert result.exit_code == 0, result.output
     finally:
         thread.join()

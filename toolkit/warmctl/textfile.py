@@ -298,8 +298,14 @@ def record(
     next_wake: float | None = None,
 ) -> Path:
     """Write one command's outcome for one instance: `result` is its report, or the
-    `WarmctlError` it failed with."""
-    report: dict[str, Any] = result.to_dict() if hasattr(result, "to_dict") else {}
+    `WarmctlError` it failed with (or a report's `to_dict()`)."""
+    report: dict[str, Any] = (
+        dict(result)
+        if isinstance(result, Mapping)
+        else result.to_dict()
+        if hasattr(result, "to_dict")
+        else {}
+    )
     failed = isinstance(result, BaseException)
     kind = getattr(result, "kind", None)
     model = str(report.get("model") or (report.get("warmup") or {}).get("model") or "")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,12 +276,15 @@ def verify_attempts(
         sleep(pause_s)
 
 
-def exit_code(reports: list[VerifyReport], *, asleep_ok: bool = False) -> int:
+def exit_code(
+    reports: Sequence[VerifyReport | Mapping[str, Any]], *, asleep_ok: bool = False
+) -> int:
     """0 all PASS (or ASLEEP with `asleep_ok`); 2 any ERROR (unreachable, HTTP failure);
-    else 1 (FAIL, or ASLEEP without `asleep_ok`)."""
-    if any(r.status == ERROR for r in reports):
+    else 1 (FAIL, or ASLEEP without `asleep_ok`). Reports, or their `to_dict()`s."""
+    statuses = [r["status"] if isinstance(r, Mapping) else r.status for r in reports]
+    if ERROR in statuses:
         return 2
     passing = (PASS, ASLEEP) if asleep_ok else (PASS,)
-    if all(r.status in passing for r in reports):
+    if all(s in passing for s in statuses):
         return 0
     return 1

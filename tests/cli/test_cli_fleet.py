@@ -85,9 +85,7 @@ def test_host_mode_table_and_api_key_stays_out_of_argv(
 ) -> None:
     secured = vllm_double_factory(ttft=0.01, api_key="s3cret-key")
     inv = write_inventory(tmp_path / "fleet.yml", {"h": local_host(secured.port)})
-    result = run(
-        "verify", "-i", str(inv), "--max-ratio", "100", env={"VLLM_API_KEY": "s3cret-key"}
-    )
+    result = run("verify", "-i", str(inv), "--max-ratio", "100", env={"VLLM_API_KEY": "s3cret-key"})
     assert result.exit_code == 0, result.output
     assert "h/llm" in result.stdout and "PASS" in result.stdout
     assert "s3cret-key" not in result.output

@@ -214,7 +214,10 @@ def update(
     path = folder / file_name(instance.name)
     stamp = time.time() if now is None else now
     try:
-        with open(folder / f".{path.stem}.lock", "a") as lock:
+        # read-only is enough for flock: a lock file another user created (root's verify,
+        # the vllm user's timers, both in the directory's group) still locks
+        fd = os.open(folder / f".{path.stem}.lock", os.O_RDONLY | os.O_CREAT, 0o664)
+        with os.fdopen(fd) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             kept = {
                 k: v

@@ -86,9 +86,10 @@ from warmctl.warmup_cli import wait_ready_option
     type=click.IntRange(min=1),
     envvar="WARMCTL_VERIFY_PARALLEL",
     show_envvar=True,
-    help="Hosts measured at once (default: the inventory's vllm_verify_throttle, else 16). "
-    "Each measurement is a client on this machine: with few cores, fewer at a time keeps one "
-    "host's requests from delaying another's first request.",
+    help="Hosts measured at once (default: the inventory's vllm_verify_throttle, else 16 from "
+    "here and every host with --from host). Each measurement from here is a client on this "
+    "machine: with few cores, fewer at a time keeps one host's requests from delaying "
+    "another's first request.",
 )
 @click.option(
     "--attempts",
@@ -255,9 +256,11 @@ def command(
         by_url: dict[str, dict] = {}
         if inventory:
             plans = plan(inventory, host_args)
-            fleet = verify_on_hosts(
-                str(inventory_path), plans, api_key=api_key, forks=parallel or len(plans)
-            )
+            # every host at once (each measures itself), unless told otherwise: --parallel, or
+            # the inventory's vllm_verify_throttle (hosts that share cores, like a test bed)
+            throttle = [int(t.settings["parallel"]) for t in targets if t.settings.get("parallel")]
+            forks = parallel or (min(throttle) if throttle else len(plans))
+            fleet = verify_on_hosts(str(inventory_path), plans, api_key=api_key, forks=forks)
             flat = [t for p in plans for t in p.targets]
             by_url.update({t.base_url: r for t, r in zip(flat, fleet, strict=True)})
         with board(not as_json and bool(here)) as track:

@@ -366,3 +366,20 @@ def test_textfile_dir_reaches_the_warmup_and_the_window_services():
     # off by default: nothing about metrics anywhere
     plain = render_instance(instance, host_vars(GOOD, "gpu_sleep"))
     assert all("--textfile-dir" not in text for text in plain.files.values())
+
+
+def test_textfile_dir_reaches_the_drain_of_a_proxied_cpu_window():
+    """CPU: the sleep window stops the unit; behind the proxy it drains first with warmctl,
+    which records the sleep (and the window's wake) in the metrics."""
+    instance = GOOD["cpu"]["vllm_service_instances"][0]
+    variables = {
+        **host_vars(GOOD, "cpu"),
+        "vllm_service_textfile_dir": "/var/lib/tf",
+        "vllm_proxy_enabled": True,
+    }
+    r = render_instance(instance, variables)
+    sleep = next(t for f, t in r.files.items() if "-sleep-" in f and f.endswith(".service"))
+    [drain] = unit_values(sleep, "Service", "ExecStartPre")
+    assert "--drain-only" in drain and "--textfile-dir /var/lib/tf --instance" in drain
+    assert "--next-wake" in drain
+    assert "-/var/lib/tf" in unit_values(sleep, "Service", "ReadWritePaths")

@@ -398,10 +398,9 @@ class Client:
                     raise
                 last = err
             if on_wait is not None:
-                why = last.message.removeprefix(self.target.label + ": ") if last else ""
                 on_wait(
-                    f"waiting for /v1/models to list the model, {time.monotonic() - t0:.0f} s "
-                    f"of {timeout:g} s ({why})"
+                    f"{_short_reason(last)}: waiting for the model on /v1/models "
+                    f"({time.monotonic() - t0:.0f} of {timeout:g} s)"
                 )
             if alive is not None and not alive():
                 raise WarmctlError(
@@ -415,6 +414,15 @@ class Client:
                     kind=last.kind if last else "timeout",
                 )
             time.sleep(interval)
+
+
+def _short_reason(err: WarmctlError | None) -> str:
+    """What a wait's live line says about the last answer."""
+    if err is None or err.kind == "generic":
+        return "no model listed yet"
+    if err.status:
+        return f"HTTP {err.status}"
+    return {"refused": "connection refused", "timeout": "no answer"}.get(err.kind, err.kind)
 
 
 def capture_sizes_from_config(config: Any) -> list[int] | None:

@@ -73,8 +73,8 @@ def drain(
             return DrainResult(False, elapsed, running, waiting, polls)
         if on_wait is not None:
             on_wait(
-                f"draining: {running:g} running, {waiting:g} waiting requests, "
-                f"{elapsed:.0f} s of {timeout:g} s"
+                f"draining {running:g} running + {waiting:g} waiting requests "
+                f"({elapsed:.0f} of {timeout:g} s)"
             )
         time.sleep(interval)
 

@@ -51,15 +51,29 @@ def board(enabled: bool) -> Iterator[Callable[[str], Tracker | None]]:
         TextColumn,
         TimeElapsedColumn,
     )
+    from rich.table import Column
+    from rich.text import Text
+
+    class Bar(BarColumn):  # a wait has no total: no bar, the words say it
+        def render(self, task: Any) -> Any:
+            return super().render(task) if task.total is not None else Text("")
+
+    class Count(MofNCompleteColumn):
+        def render(self, task: Any) -> Any:
+            return super().render(task) if task.total is not None else Text("")
 
     with Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
+        # the description takes what the other columns leave, cut with "…" on a narrow terminal
+        TextColumn(
+            "{task.description}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")
+        ),
+        Bar(bar_width=12),
+        Count(),
         TimeElapsedColumn(),
         console=err,
         transient=True,
+        expand=True,
     ) as progress:
         yield lambda label: Tracker(progress, label)
 

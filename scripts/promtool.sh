@@ -15,7 +15,8 @@ if [ ! -x "$bin" ]; then
   command -v apt-get >/dev/null || { echo "promtool: not on PATH and no apt-get to fetch Debian's prometheus package" >&2; exit 3; }
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
-  (cd "$work" && apt-get download -q prometheus >&2)
+  # a machine whose package lists were never fetched: fetch them once, then try again
+  (cd "$work" && { apt-get download -q prometheus >&2 || { apt-get update -q >&2 && apt-get download -q prometheus >&2; }; })
   dpkg -x "$work"/prometheus_*.deb "$work/x"
   install -D -m 0755 "$work/x/usr/bin/promtool" "$bin"
 fi

@@ -21,8 +21,9 @@ def wait_ready_option() -> Callable[[F], F]:
         show_envvar=True,
         help="Wait up to --ready-timeout for a server that refuses connections or does not "
         "answer yet (one still starting: the unit's own warmup and the deploy's verify ask "
-        "for this). Without it such a host is reported at once (exit 2); a server that "
-        "answers but is still loading its model is waited for either way.",
+        "for this). Without it such a host is reported at once, in one line, exit 2 (one "
+        "that does not answer at all: after --timeout); a server that answers but is still "
+        "loading its model is waited for either way.",
     )
 
 

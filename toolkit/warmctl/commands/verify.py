@@ -192,13 +192,10 @@ def command(
         from warmctl.verify import Thresholds, VerifyReport, exit_code, verify_attempts
         from warmctl.waits import board, say_of
 
-        on_hosts = inventory_path is not None and measure_from == "host"
-        # HOST arguments are measured from here; inventory hosts by themselves unless
+        # HOST arguments are measured from here; inventory hosts measure themselves unless
         # --from controller
-        if not on_hosts:
-            targets = resolve_targets(hosts, inventory_path, limit)
         inventory: list = []
-        if on_hosts:
+        if inventory_path is not None and measure_from == "host":
             from warmctl.inventory import inventory_hosts
 
             targets = resolve_targets(hosts) if hosts else []
@@ -206,6 +203,8 @@ def command(
             seen = {t.base_url for t in targets}
             for _, _, host_targets in inventory:
                 targets += [t for t in host_targets if t.base_url not in seen]
+        else:
+            targets = resolve_targets(hosts, inventory_path, limit)
         here = [t for t in targets if not any(t in ts for _, _, ts in inventory)]
         check_instance_name(instance_name, targets)
         ctx = click.get_current_context()

@@ -63,7 +63,11 @@ def textfiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
         srv.config.ttft = 0.01  # steady enough that the first/steady ratio is about 1
         a = srv.address
         assert _warmctl("warmup", a, "--batch-sizes", "1", *tf, "--instance", "ok") == 0
-        assert _warmctl("verify", a, "--steady", "3", *tf, "--instance", "ok") == 0
+        # a PASS whatever the machine's load: the ratio bound is not what is tested here
+        assert (
+            _warmctl("verify", a, "--steady", "3", "--max-ratio", "100", *tf, "--instance", "ok")
+            == 0
+        )
         sleep = ["--next-wake", "30 7 * * *"]
         assert _warmctl("sleep", a, *sleep, *tf, "--instance", "ok") == 0
         assert _warmctl("wake", a, *tf, "--instance", "ok") == 0
@@ -73,7 +77,8 @@ def textfiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
         srv.config.extra_waiting = 1
         assert _warmctl("sleep", a, "--drain-timeout", "0.2", *tf, "--instance", "stuck") == 2
         srv.config.extra_waiting = 0
-        assert _warmctl("verify", a, "--max-ratio", "0.5", *tf, "--instance", "slow") == 1
+        srv.config.first_ttft, srv.first_pending = 0.3, True  # 300 ms first vs 10 ms: FAIL
+        assert _warmctl("verify", a, *tf, "--instance", "slow") == 1
     assert _warmctl("verify", f"127.0.0.1:{_free_port()}", *tf, "--instance", "down") == 2
     return folder
 

@@ -23,7 +23,18 @@ Generated from the commands' own `--help` by `scripts/gen_cli_docs.py`; do not e
 
 Exit status, for every command: 0 success; 1 `verify` found a host failing or asleep (and
 `calendar --in-window` outside the window); 2 error — unreachable host, HTTP failure, bad input.
-Every error is one line on stderr, `warmctl: error: ...`.
+Every error is one line on stderr, `warmctl: error: ...`. Options that an environment
+variable can set say so in their help (`[env var: NAME]`); the command line wins over it.
+
+Shell completion (click's own): add one line to your shell's startup file —
+
+```sh
+eval "$(_WARMCTL_COMPLETE=bash_source warmctl)"   # ~/.bashrc
+eval "$(_WARMCTL_COMPLETE=zsh_source warmctl)"    # ~/.zshrc
+_WARMCTL_COMPLETE=fish_source warmctl | source    # ~/.config/fish/completions/warmctl.fish
+```
+
+It completes subcommands, options and choices (e.g. `sleep --level`).
 """
 
 

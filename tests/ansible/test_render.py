@@ -68,7 +68,8 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         '"cudagraph_mode": "FULL_AND_PIECEWISE"}\' --enable-sleep-mode'
     ]
     assert r.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--ready-timeout", "1800",
+        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready",
+        "--ready-timeout", "1800",
         "--max-batch", "16", "--max-tokens", "2",  # vllm_service_gpu_warmup_args
     ]  # fmt: skip
     assert r.env == {
@@ -184,11 +185,13 @@ def test_two_instances_on_one_host():
     assert chat.argv[chat.argv.index("--host") + 1] == "127.0.0.1"
     gpu_warmup = ["--max-batch", "16", "--max-tokens", "2"]  # vllm_service_gpu_warmup_args
     assert chat.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--ready-timeout", "1800",
+        "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready",
+        "--ready-timeout", "1800",
         *gpu_warmup, "--prompt", "hello world",
     ]  # fmt: skip
     assert coder.warmup_argv == [
-        "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--ready-timeout", "1800",
+        "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--wait-ready",
+        "--ready-timeout", "1800",
         *gpu_warmup, "--prompt", "hello world",
         "--max-batch", "4",  # the instance's, last: it wins
     ]  # fmt: skip
@@ -360,7 +363,7 @@ def test_gpu_units_fork_the_engine_core_cpu_units_leave_it_to_vllm():
         r = render_instance(instance, host_vars(GOOD, case))
         assert r.env["VLLM_WORKER_MULTIPROC_METHOD"] == "fork", case
         assert "VLLM_WORKER_MULTIPROC_METHOD=fork" in r.env_text
-        assert r.warmup_argv[5:9] == ["--max-batch", "16", "--max-tokens", "2"], case
+        assert r.warmup_argv[6:10] == ["--max-batch", "16", "--max-tokens", "2"], case
     spawn = {**GOOD["gpu_nosleep"]["vllm_service_instances"][0]}
     spawn["env"] = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
     r = render_instance(spawn, host_vars(GOOD, "gpu_nosleep"))
@@ -382,3 +385,42 @@ def test_output_check_can_be_turned_off_and_cpu_windows_have_none():
         assert "--output-check" not in text and "StateDirectory" not in text
     cpu = render_instance(GOOD["cpu"]["vllm_service_instances"][0], host_vars(GOOD, "cpu"))
     assert not [t for t in cpu.files.values() if "--output-check" in t]
+
+
+def test_textfile_dir_reaches_the_warmup_and_the_window_services():
+    """vllm_service_textfile_dir set: the unit's warmup and both window services write the
+    instance's metrics there (the sleep with its window's wake time), and the sandboxes may."""
+    instance = GOOD["gpu_sleep"]["vllm_service_instances"][0]
+    variables = {**host_vars(GOOD, "gpu_sleep"), "vllm_service_textfile_dir": "/var/lib/tf"}
+    r = render_instance(instance, variables)
+    metrics = ["--textfile-dir", "/var/lib/tf", "--instance", "qwen"]
+    assert r.warmup_argv[r.warmup_argv.index("--textfile-dir") :][:4] == metrics
+    assert "-/var/lib/tf" in unit_values(r.unit_text, "Service", "ReadWritePaths")
+    sleep = r.files["/etc/systemd/system/vllm-qwen-sleep-nights.service"]
+    wake = r.files["/etc/systemd/system/vllm-qwen-wake-nights.service"]
+    [sleep_cmd] = unit_values(sleep, "Service", "ExecStart")
+    [wake_cmd] = unit_values(wake, "Service", "ExecStart")
+    assert " ".join(metrics) + " --next-wake '30 7 * * 1-5'" in sleep_cmd
+    assert " ".join(metrics) in wake_cmd
+    for text in (sleep, wake):
+        assert "-/var/lib/tf" in unit_values(text, "Service", "ReadWritePaths")
+    # off by default: nothing about metrics anywhere
+    plain = render_instance(instance, host_vars(GOOD, "gpu_sleep"))
+    assert all("--textfile-dir" not in text for text in plain.files.values())
+
+
+def test_textfile_dir_reaches_the_drain_of_a_proxied_cpu_window():
+    """CPU: the sleep window stops the unit; behind the proxy it drains first with warmctl,
+    which records the sleep (and the window's wake) in the metrics."""
+    instance = GOOD["cpu"]["vllm_service_instances"][0]
+    variables = {
+        **host_vars(GOOD, "cpu"),
+        "vllm_service_textfile_dir": "/var/lib/tf",
+        "vllm_proxy_enabled": True,
+    }
+    r = render_instance(instance, variables)
+    sleep = next(t for f, t in r.files.items() if "-sleep-" in f and f.endswith(".service"))
+    [drain] = unit_values(sleep, "Service", "ExecStartPre")
+    assert "--drain-only" in drain and "--textfile-dir /var/lib/tf --instance" in drain
+    assert "--next-wake" in drain
+    assert "-/var/lib/tf" in unit_values(sleep, "Service", "ReadWritePaths")

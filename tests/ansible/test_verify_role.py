@@ -1,11 +1,17 @@
-"""vllm_verify runs `warmctl verify` on the controller with every instance's HOST:PORT and the
-thresholds, passes the token only through the environment, and fails the host on FAIL."""
+"""vllm_verify runs `warmctl verify` (on each host by default, or on the controller) with every
+instance's HOST:PORT and the thresholds, passes the token only through the environment, and
+fails the host on FAIL."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
 from tests.ansible.conftest import run_playbook, write_inventory
+from tests.double.fixtures import vllm_double_factory  # noqa: F401
+
+VENV = Path(sys.executable).parent.parent
 
 STUB = """#!/bin/sh
 echo "ARGS $*"
@@ -24,6 +30,7 @@ def stub(tmp_path: Path) -> Path:
 def host(tmp_path: Path, **extra) -> dict:
     return {
         "ansible_host": "10.0.0.9",
+        "vllm_verify_from": "controller",
         "vllm_verify_warmctl": str(stub(tmp_path)),
         "vllm_service_instances": [
             {"name": "a", "model": "/m", "port": 8000},
@@ -47,11 +54,9 @@ def test_verify_arguments_and_token(tmp_path):
     )
     proc = run_playbook("tests/ansible/verify.yml", inventory)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    args = next(line for line in proc.stdout.splitlines() if "ARGS " in line)
-    assert (
-        args.split("ARGS ", 1)[1]
-        == "verify 10.0.0.9:8000 10.0.0.9:8001 --max-ratio 3 --attempts 2 --asleep-ok"
-    )
+    flat = " ".join(proc.stdout.split())  # the callback wraps long lines
+    want = "verify --wait-ready 10.0.0.9:8000 10.0.0.9:8001 --max-ratio 3 --attempts 2 --asleep-ok"
+    assert f"ARGS {want} " in flat
     assert "KEY s3cret" in proc.stdout  # the token: environment only, never argv
 
 
@@ -80,8 +85,7 @@ def test_instances_stopped_in_their_window_are_left_out_and_asleep_passes(tmp_pa
     )
     proc = run_playbook("tests/ansible/verify.yml", inventory)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    args = next(line for line in proc.stdout.splitlines() if "ARGS " in line)
-    assert args.split("ARGS ", 1)[1] == "verify 10.0.0.9:8001 --asleep-ok"
+    assert "ARGS verify --wait-ready 10.0.0.9:8001 --asleep-ok -" in " ".join(proc.stdout.split())
     assert "asleep in a sleep window, not verified (its wake warms and checks it): a" in proc.stdout
 
 
@@ -96,3 +100,55 @@ def test_nothing_to_verify_when_every_instance_sleeps_in_its_window(tmp_path):
     proc = run_playbook("tests/ansible/verify.yml", inventory, STUB_EXIT="1")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "ARGS " not in proc.stdout
+
+
+def on_host(port_a: int, port_b: int, **extra) -> dict:
+    """A local-connection host whose own warmctl is this checkout's."""
+    return {
+        "ansible_host": "10.255.255.1",  # never used: the host measures itself on 127.0.0.1
+        "vllm_install_warmctl_venv": str(VENV),
+        "vllm_service_instances": [
+            {"name": "a", "model": "/m", "port": port_a},
+            {"name": "b", "model": "/m", "port": port_b},
+        ],
+        **extra,
+    }
+
+
+def test_hosts_measure_themselves_and_the_controller_tabulates(
+    vllm_double_factory,  # noqa: F811
+    tmp_path,
+):
+    a, b = vllm_double_factory(ttft=0.01), vllm_double_factory(ttft=0.01)
+    slow = vllm_double_factory(first_ttft=0.3, ttft=0.01)
+    textfiles = tmp_path / "textfiles"
+    textfiles.mkdir()
+    inventory = write_inventory(
+        tmp_path / "inv.json",
+        {
+            "good": on_host(
+                a.port,
+                b.port,
+                vllm_verify_max_ratio=100,
+                vllm_service_textfile_dir=str(textfiles),
+            ),
+            "bad": on_host(slow.port, b.port),  # 300 ms first token vs 10 ms steady
+        },
+    )
+    proc = run_playbook("tests/ansible/verify.yml", inventory)
+    recap = proc.stdout.split("PLAY RECAP")[-1]
+    assert "good" in recap and "failed=0" in recap.split("good")[1].splitlines()[0]
+    assert "failed=1" in recap.split("bad")[1].splitlines()[0]
+    table = [line for line in proc.stdout.splitlines() if "good " in line or "bad " in line]
+    assert any("good" in line and " a " in line and "PASS" in line for line in table), table
+    assert any("bad" in line and " a " in line and "FAIL" in line for line in table), table
+    assert "bad: a did not pass" in proc.stdout
+    # each instance measured once, on its host (first + 10 steady + decode)
+    assert a.counters.generations == 12 and slow.counters.generations == 12
+    # the host-side verify wrote each instance's metrics, named by the instance
+    names = sorted(p.name for p in textfiles.glob("*.prom"))
+    assert names == ["warmctl_a.prom", "warmctl_b.prom"]
+    text = (textfiles / "warmctl_a.prom").read_text()
+    assert "warmctl_verify_first_ttft_seconds" in {
+        f.name for f in text_string_to_metric_families(text)
+    }

@@ -112,10 +112,14 @@ def test_inventory_hosts(run, vllm_double_factory, tmp_path: Path) -> None:
         "        gpu-2:\n          ansible_host: 127.0.0.1\n"
         f"          vllm_service_instances: [{{name: chat, port: {b.port}}}]\n"
     )
-    code, reports = verify_json(run, "--inventory", str(inv), "--steady", "2", "--max-ratio", "100")
+    code, reports = verify_json(
+        run, "--from", "controller", "--inventory", str(inv), "--steady", "2", "--max-ratio", "100"
+    )
     assert code == 0
     assert [r["target"] for r in reports] == [f"gpu-1:{a.port}", "gpu-2/chat"]
-    code, reports = verify_json(run, "-i", str(inv), "--limit", "gpu-2", "--steady", "2")
+    code, reports = verify_json(
+        run, "--from", "controller", "-i", str(inv), "--limit", "gpu-2", "--steady", "2"
+    )
     assert [r["target"] for r in reports] == ["gpu-2/chat"]
     # per run: first + 2 steady + 1 decode; gpu-2 was checked twice
     assert a.counters.generations == 4 and b.counters.generations == 8
@@ -157,10 +161,12 @@ def test_inventory_thresholds_apply_unless_given(
         f"[vllm]\nslow-first ansible_host=127.0.0.1 warmctl_port={vllm_double.port} "
         "vllm_verify_max_ratio=100\n"
     )
-    code, [r] = verify_json(run, "-i", str(inv), "--steady", "3")
+    code, [r] = verify_json(run, "--from", "controller", "-i", str(inv), "--steady", "3")
     assert code == 0 and r["status"] == "PASS" and r["thresholds"]["max_ratio"] == 100
     vllm_double.first_pending = True
-    code, [r] = verify_json(run, "-i", str(inv), "--steady", "3", "--max-ratio", "2")
+    code, [r] = verify_json(
+        run, "--from", "controller", "-i", str(inv), "--steady", "3", "--max-ratio", "2"
+    )
     assert code == 1 and r["thresholds"]["max_ratio"] == 2  # the command line wins
     vllm_double.first_pending = True
     code, [r] = verify_json(run, vllm_double.address, "--steady", "3")
@@ -233,8 +239,8 @@ def test_inventory_attempts_apply_unless_given(
         "vllm_verify_attempts=2\n"
     )
     args = ("--steady", "3", "--decode-tokens", "0", "--attempt-pause", "0")
-    code, [r] = verify_json(run, "-i", str(inv), *args)
+    code, [r] = verify_json(run, "--from", "controller", "-i", str(inv), *args)
     assert code == 0 and r["attempt"] == 2
     vllm_double.first_pending = True
-    code, [r] = verify_json(run, "-i", str(inv), *args, "--attempts", "1")
+    code, [r] = verify_json(run, "--from", "controller", "-i", str(inv), *args, "--attempts", "1")
     assert code == 1 and r["attempt"] == 1  # the command line wins

@@ -97,12 +97,28 @@ def test_warmup_waits_for_a_server_that_is_not_listening_yet(run) -> None:
     thread = threading.Thread(target=start_later)
     thread.start()
     try:
-        result = run("warmup", f"127.0.0.1:{port}", "--batch-sizes", "1", "--no-chat")
+        result = run(
+            "warmup", f"127.0.0.1:{port}", "--wait-ready", "--batch-sizes", "1", "--no-chat"
+        )
         assert result.exit_code == 0, result.output
         assert "warm in" in result.stdout
     finally:
         thread.join()
         holder["srv"].stop()
+
+
+def test_warmup_reports_a_refused_port_at_once_without_wait_ready(run) -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    t0 = time.monotonic()
+    result = run("warmup", f"127.0.0.1:{port}")
+    assert time.monotonic() - t0 < 10
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "connection refused" in result.stderr
+    assert "--wait-ready" in result.stderr  # says how to wait for a starting server
 
 
 def test_warmup_gives_up_after_ready_timeout(run, vllm_double: VllmDouble) -> None:
@@ -197,7 +213,9 @@ def test_warmup_stops_when_the_server_process_is_gone(monkeypatch):
     monkeypatch.setenv("MAINPID", str(dead.pid))
     t0 = time.monotonic()
     result = CliRunner().invoke(
-        cli, ["warmup", f"127.0.0.1:{port}", "--ready-timeout", "120"], catch_exceptions=False
+        cli,
+        ["warmup", f"127.0.0.1:{port}", "--wait-ready", "--ready-timeout", "120"],
+        catch_exceptions=False,
     )
     took = time.monotonic() - t0
     assert result.exit_code == 2, result.output

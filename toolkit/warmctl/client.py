@@ -382,11 +382,17 @@ class Client:
         timeout: float = 600.0,
         interval: float = 0.5,
         alive: Callable[[], bool] | None = None,
+        *,
+        wait_start: bool = True,
+        on_wait: Callable[[str], None] | None = None,
     ) -> list[dict[str, Any]]:
         """Wait until `/v1/models` lists a model (`/health` alone answers before the model is
-        loaded). Retries refused connections, timeouts and 5xx; other failures raise at once.
-        `alive`: when given and it turns false (the server process is gone), stop waiting."""
-        deadline = time.monotonic() + timeout
+        loaded). Retries 5xx and an empty list; refused connections and timeouts too when
+        `wait_start` (a server still starting), else they raise at once, as does any other
+        failure. `alive`: when given and it turns false (the server process is gone), stop
+        waiting. `on_wait(text)`: told what is awaited and for how long so far."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout
         last: WarmctlError | None = None
         while True:
             try:
@@ -395,9 +401,20 @@ class Client:
                     return models
                 last = WarmctlError(f"{self.target.label}: /v1/models lists no model yet")
             except WarmctlError as err:
-                if err.kind not in ("refused", "timeout", "server"):
+                retry = ("refused", "timeout", "server") if wait_start else ("server",)
+                if err.kind not in retry:
+                    if err.kind in ("refused", "timeout"):
+                        raise WarmctlError(
+                            f"{err.message} (--wait-ready waits for a server that is starting)",
+                            kind=err.kind,
+                        ) from None
                     raise
                 last = err
+            if on_wait is not None:
+                on_wait(
+                    f"{_short_reason(last)}: waiting for the model on /v1/models "
+                    f"({time.monotonic() - t0:.0f} of {timeout:g} s)"
+                )
             if alive is not None and not alive():
                 raise WarmctlError(
                     f"{self.target.label}: the server process exited before it was ready",
@@ -410,6 +427,15 @@ class Client:
                     kind=last.kind if last else "timeout",
                 )
             time.sleep(interval)
+
+
+def _short_reason(err: WarmctlError | None) -> str:
+    """What a wait's live line says about the last answer."""
+    if err is None or err.kind == "generic":
+        return "no model listed yet"
+    if err.status:
+        return f"HTTP {err.status}"
+    return {"refused": "connection refused", "timeout": "no answer"}.get(err.kind, err.kind)
 
 
 def capture_sizes_from_config(config: Any) -> list[int] | None:

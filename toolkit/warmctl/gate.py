@@ -115,14 +115,17 @@ def gate_for(path: str | None, targets: Sequence[object]) -> Gate | None:
 
 
 def drain_only_report(
-    client: Client, drain_timeout: float, poll_interval: float = 0.2
+    client: Client,
+    drain_timeout: float,
+    poll_interval: float = 0.2,
+    on_wait: Callable[[str], None] | None = None,
 ) -> SleepReport:
     """For servers that cannot sleep (CPU): drain without POST /sleep; the caller then stops
     the unit. A drain that times out raises (kind `drain_timeout`)."""
     t0 = time.monotonic()
     report = SleepReport(target=client.target.label, level=0)
     client.health()
-    report.drain = drain(client, drain_timeout, poll_interval)
+    report.drain = drain(client, drain_timeout, poll_interval, on_wait=on_wait)
     report.steps.append(Step("drain", report.drain.seconds))
     if not report.drain.drained:
         d = report.drain

@@ -31,6 +31,7 @@ VERIFY_VARS = {
 }
 SERVICE_PORT_VAR = "vllm_service_port"  # the roles' default port of an instance
 ADDRESS_VAR = "vllm_verify_address"  # the roles' override of the address to check
+WARMCTL_VENV_VAR = "vllm_install_warmctl_venv"  # where the host's own warmctl lives
 _PLUGIN_FAIL = re.compile(r"Failed to parse inventory with '(\w+)' plugin: ([^\n]+)")
 
 
@@ -89,6 +90,7 @@ def _template(loader: Any, hv: dict[str, Any]) -> dict[str, Any]:
         PORT_VAR,
         INSTANCES_VAR,
         SERVICE_PORT_VAR,
+        WARMCTL_VENV_VAR,
         *VERIFY_VARS,
     ):
         if key in hv:
@@ -150,10 +152,11 @@ def _verify_settings(name: str, hv: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def hosts_from_inventory(
+def inventory_hosts(
     path: str | Path, limit: str | None = None, default_port: int = DEFAULT_PORT
-) -> list[Target]:
-    """Every target of the (limited) inventory; raises if it is missing, unparsable or empty."""
+) -> list[tuple[str, dict[str, Any], list[Target]]]:
+    """(inventory name, the variables read, its targets) of every host of the (limited)
+    inventory; raises if it is missing, unparsable or empty."""
     p = str(path)
     if not Path(p).exists():
         raise WarmctlError(f"inventory {p!r} not found", kind="input")
@@ -161,7 +164,11 @@ def hosts_from_inventory(
     if not hosts:
         what = f" matching --limit {limit!r}" if limit else ""
         raise WarmctlError(f"inventory {p!r} has no hosts{what}", kind="input")
-    targets: list[Target] = []
-    for name, hv in hosts:
-        targets.extend(targets_for_host(name, hv, default_port))
-    return targets
+    return [(name, hv, targets_for_host(name, hv, default_port)) for name, hv in hosts]
+
+
+def hosts_from_inventory(
+    path: str | Path, limit: str | None = None, default_port: int = DEFAULT_PORT
+) -> list[Target]:
+    """Every target of the (limited) inventory; raises if it is missing, unparsable or empty."""
+    return [t for _, _, targets in inventory_hosts(path, limit, default_port) for t in targets]

@@ -59,6 +59,72 @@ def host_options(*, inventory: bool = False) -> Callable[[F], F]:
     return deco
 
 
+def textfile_options(fn: F) -> F:
+    """--textfile-dir and --instance: the Prometheus textfile of each instance."""
+    opts = [
+        click.option(
+            "--textfile-dir",
+            metavar="DIR",
+            envvar="WARMCTL_TEXTFILE_DIR",
+            show_envvar=True,
+            type=click.Path(file_okay=False, exists=True, writable=True),
+            help="Also write the results as Prometheus metrics, one file per instance "
+            "(warmctl_INSTANCE.prom), for node_exporter's textfile collector; metrics an "
+            "earlier command wrote there are kept. See docs/MONITORING.md.",
+        ),
+        click.option(
+            "--instance",
+            "instance_name",
+            metavar="NAME",
+            envvar="WARMCTL_INSTANCE",
+            show_envvar=True,
+            help="Instance name the metrics are labelled with (one HOST only; default: the "
+            "inventory name, else HOST:PORT).",
+        ),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def write_metrics(
+    textfile_dir: str | None,
+    instance_name: str | None,
+    command: str,
+    targets: Sequence[Target],
+    results: Sequence[object],
+    *,
+    next_wake: float | None = None,
+) -> int:
+    """Write each target's outcome to its textfile (when --textfile-dir is given).
+    0, or 2 after one line on stderr per file that could not be written."""
+    if not textfile_dir:
+        return 0
+    from warmctl.output import error_line
+    from warmctl.textfile import record
+
+    code = 0
+    for t, r in zip(targets, results, strict=True):
+        try:
+            record(
+                textfile_dir,
+                command,
+                instance_name or t.label,
+                t.host,
+                r,
+                next_wake=next_wake,
+            )
+        except WarmctlError as err:
+            error_line(err.message)
+            code = 2
+    return code
+
+
+def check_instance_name(instance_name: str | None, targets: Sequence[Target]) -> None:
+    if instance_name and len(targets) > 1:
+        raise WarmctlError("--instance names one instance: give one HOST", kind="input")
+
+
 def resolve_targets(
     hosts: Sequence[str], inventory_path: str | None = None, limit: str | None = None
 ) -> list[Target]:

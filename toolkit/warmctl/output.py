@@ -1,19 +1,74 @@
-"""What the CLI prints: rich tables on a terminal (plain text when piped), or JSON."""
+"""What the CLI prints: rich tables on a terminal (plain text when piped), or JSON.
+
+Under systemd (stdout/stderr connected to the journal, as `JOURNAL_STREAM` says) every line
+starts with an sd-daemon priority prefix: `<3>` errors, `<4>` warnings, `<6>` the rest, so
+`journalctl -p err -u 'vllm-*'` finds a failed sleep. Elsewhere nothing changes.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from rich.console import Console
 from rich.table import Table
 
+ERR, WARNING, INFO = 3, 4, 6
+
+
+def journal_attached(stream: IO[str]) -> bool:
+    """True when `stream` is the journal stream systemd set up for this process
+    (JOURNAL_STREAM is "DEVICE:INODE" of it; a child with other redirections keeps the
+    variable but not the stream, so compare)."""
+    value = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        dev, ino = (int(x) for x in value.split(":"))
+        st = os.fstat(stream.fileno())
+    except (ValueError, OSError, AttributeError, io.UnsupportedOperation):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
+
+
+class _Prefixed(io.TextIOBase):
+    """Writes through to `stream`, starting every line with `<N>`."""
+
+    def __init__(self, stream: IO[str], priority: int) -> None:
+        self._stream = stream
+        self._prefix = f"<{priority}>"
+        self._at_start = True
+
+    def write(self, text: str) -> int:
+        out = []
+        for piece in text.splitlines(keepends=True):
+            if self._at_start:
+                out.append(self._prefix)
+            out.append(piece)
+            self._at_start = piece.endswith("\n")
+        self._stream.write("".join(out))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _line(stream: IO[str], priority: int, text: str) -> None:
+    prefix = f"<{priority}>" if journal_attached(stream) else ""
+    stream.write(f"{prefix}{text}\n")
+    stream.flush()
+
 
 def console(stderr: bool = False) -> Console:
     """A console that stays readable when piped (no colour, wide enough for the tables)."""
-    stream = sys.stderr if stderr else sys.stdout
+    stream: IO[str] = sys.stderr if stderr else sys.stdout
+    if journal_attached(stream):
+        stream = _Prefixed(stream, INFO)
     tty = stream.isatty()
     return Console(file=stream, width=None if tty else 200, highlight=False, soft_wrap=not tty)
 
@@ -25,8 +80,11 @@ def emit_json(command: str, results: Sequence[dict[str, Any]], exit_code: int) -
 
 
 def error_line(message: str) -> None:
-    sys.stderr.write(f"warmctl: error: {message}\n")
-    sys.stderr.flush()
+    _line(sys.stderr, ERR, f"warmctl: error: {message}")
+
+
+def warning_line(message: str) -> None:
+    _line(sys.stderr, WARNING, f"warmctl: warning: {message}")
 
 
 def ms(seconds: float | None, digits: int = 1) -> str:

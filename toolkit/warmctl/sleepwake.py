@@ -49,8 +49,10 @@ def drain(
     timeout: float = DEFAULT_DRAIN_TIMEOUT,
     interval: float = 0.2,
     settle: int = 2,
+    on_wait: Callable[[str], None] | None = None,
 ) -> DrainResult:
-    """Wait until running + waiting requests are 0 on `settle` polls in a row (or `timeout`)."""
+    """Wait until running + waiting requests are 0 on `settle` polls in a row (or `timeout`);
+    `on_wait(text)` is told how many are in flight and for how long it has waited."""
     t0 = time.monotonic()
     zeros = polls = 0
     while True:
@@ -69,6 +71,11 @@ def drain(
             return DrainResult(True, elapsed, running, waiting, polls)
         if elapsed + interval > timeout:
             return DrainResult(False, elapsed, running, waiting, polls)
+        if on_wait is not None:
+            on_wait(
+                f"draining {running:g} running + {waiting:g} waiting requests "
+                f"({elapsed:.0f} of {timeout:g} s)"
+            )
         time.sleep(interval)
 
 
@@ -151,6 +158,7 @@ def sleep(
     poll_interval: float = 0.2,
     op_timeout: float = DEFAULT_OP_TIMEOUT,
     before_sleep: Callable[[], dict[str, Any]] | None = None,
+    on_wait: Callable[[str], None] | None = None,
 ) -> SleepReport:
     """Drain, sleep at `level`, confirm. Already asleep -> a no-op report. A drain that times
     out raises (kind `drain_timeout`) and the server is left awake. `before_sleep` runs on the
@@ -169,7 +177,7 @@ def sleep(
         raise WarmctlError(
             f"{client.target.label}: {problem}; not put to sleep", kind="unsupported"
         )
-    report.drain = drain(client, drain_timeout, poll_interval)
+    report.drain = drain(client, drain_timeout, poll_interval, on_wait=on_wait)
     report.steps.append(Step("drain", report.drain.seconds))
     if not report.drain.drained:
         d = report.drain
@@ -183,6 +191,8 @@ def sleep(
         report.output_check = before_sleep()
         report.steps.append(Step("record outputs", time.monotonic() - s0))
     s0 = time.monotonic()
+    if on_wait is not None:
+        on_wait(f"sleeping at level {level} (POST /sleep)")
     client.sleep(level, timeout=op_timeout)
     report.steps.append(Step(f"sleep level {level}", time.monotonic() - s0))
     report.steps.append(Step("confirm", _wait_sleeping(client, True, 30.0, poll_interval)))

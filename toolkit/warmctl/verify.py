@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,8 +177,17 @@ def verify(
     ready_timeout: float = 600.0,
     model: str | None = None,
     prompt: str = VERIFY_PROMPT,
+    wait_start: bool = True,
+    on_wait: Callable[[str], None] | None = None,
 ) -> VerifyReport:
-    """Measure one host. Never raises `WarmctlError`: failures land in `status`/`error`."""
+    """Measure one host. Never raises `WarmctlError`: failures land in `status`/`error`.
+    `wait_start`: wait for a server that refuses connections (still starting), else report it
+    at once. `on_wait(text)`: told what is measured or awaited."""
+
+    def say(text: str) -> None:
+        if on_wait is not None:
+            on_wait(text)
+
     limits = thresholds or Thresholds()
     report = VerifyReport(target=client.target.label, thresholds=limits)
     t0 = time.monotonic()
@@ -189,7 +198,7 @@ def verify(
         return f"[verify {run}-{next(counter)}] {p}"
 
     try:
-        models = client.wait_ready(timeout=ready_timeout)
+        models = client.wait_ready(timeout=ready_timeout, wait_start=wait_start, on_wait=on_wait)
         chosen = next((m for m in models if m["id"] == model), None) if model else models[0]
         if chosen is None:
             raise WarmctlError(f"{client.target.label}: model {model!r} not served")
@@ -199,14 +208,17 @@ def verify(
             report.status = ASLEEP
             report.reasons = ["the server is asleep: run `warmctl wake` first"]
             return report
+        say("measuring the first request")
         report.first = stream_completion(
             client, report.model, unique(prompt), max_tokens=max_tokens
         )
-        for _ in range(steady):
+        for n in range(steady):
+            say(f"measuring steady request {n + 1} of {steady}")
             report.steady.append(
                 stream_completion(client, report.model, unique(prompt), max_tokens=max_tokens)
             )
         if decode_tokens >= 2:
+            say(f"measuring decode speed ({decode_tokens} tokens)")
             report.decode = stream_completion(
                 client, report.model, unique(prompt), max_tokens=decode_tokens, ignore_eos=True
             )
@@ -249,21 +261,30 @@ def verify_attempts(
     gate. ERROR and ASLEEP are not measured again. Earlier attempts stay in `report.earlier`.
     """
     earlier: list[VerifyReport] = []
+    on_wait: Callable[[str], None] | None = kwargs.get("on_wait")
     while True:
         report = verify(client, **kwargs)
         if report.status != FAIL or len(earlier) + 1 >= attempts:
             report.earlier = earlier
             return report
         earlier.append(report)
+        if on_wait is not None:
+            on_wait(
+                f"attempt {len(earlier)} of {attempts} FAILed; attempt {len(earlier) + 1} "
+                f"in {pause_s:g} s"
+            )
         sleep(pause_s)
 
 
-def exit_code(reports: list[VerifyReport], *, asleep_ok: bool = False) -> int:
+def exit_code(
+    reports: Sequence[VerifyReport | Mapping[str, Any]], *, asleep_ok: bool = False
+) -> int:
     """0 all PASS (or ASLEEP with `asleep_ok`); 2 any ERROR (unreachable, HTTP failure);
-    else 1 (FAIL, or ASLEEP without `asleep_ok`)."""
-    if any(r.status == ERROR for r in reports):
+    else 1 (FAIL, or ASLEEP without `asleep_ok`). Reports, or their `to_dict()`s."""
+    statuses = [r["status"] if isinstance(r, Mapping) else r.status for r in reports]
+    if ERROR in statuses:
         return 2
     passing = (PASS, ASLEEP) if asleep_ok else (PASS,)
-    if all(r.status in passing for r in reports):
+    if all(s in passing for s in statuses):
         return 0
     return 1

@@ -209,6 +209,7 @@ def warmup(
     progress: Progress | None = None,
     light: bool = False,
     main_pid: int | None = None,
+    wait_start: bool = True,
 ) -> WarmupReport:
     """Warm one server; raises `WarmctlError` if it is not ready or any request fails.
 
@@ -218,6 +219,7 @@ def warmup(
     graphs are still loaded: a full ramp costs seconds and buys nothing measurable).
     `main_pid`: the server's process (systemd's $MAINPID): stop waiting as soon as it is gone,
     so a server killed during its warmup is restarted at once instead of after the timeout.
+    `wait_start`: wait for a server that refuses connections (still starting); else fail.
     """
     report = WarmupReport(target=client.target.label, mode="light" if light else "full")
     started = time.monotonic()
@@ -241,7 +243,12 @@ def warmup(
     phase = Phase("ready")
     t0 = time.monotonic()
     alive = (lambda: pid_alive(main_pid)) if main_pid else None
-    models = client.wait_ready(timeout=ready_timeout, alive=alive)
+    models = client.wait_ready(
+        timeout=ready_timeout,
+        alive=alive,
+        wait_start=wait_start,
+        on_wait=getattr(progress, "say", None),
+    )
     chosen = next((m for m in models if m["id"] == model), None) if model else models[0]
     if chosen is None:
         names = ", ".join(m["id"] for m in models)

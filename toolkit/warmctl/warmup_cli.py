@@ -11,6 +11,22 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def wait_ready_option() -> Callable[[F], F]:
+    return click.option(
+        "--wait-ready/--no-wait-ready",
+        "wait_ready",
+        default=False,
+        show_default=True,
+        envvar="WARMCTL_WAIT_READY",
+        show_envvar=True,
+        help="Wait up to --ready-timeout for a server that refuses connections or does not "
+        "answer yet (one still starting: the unit's own warmup and the deploy's verify ask "
+        "for this). Without it such a host is reported at once, in one line, exit 2 (one "
+        "that does not answer at all: after --timeout); a server that answers but is still "
+        "loading its model is waited for either way.",
+    )
+
+
 def warmup_options(fn: F) -> F:
     opts = [
         click.option(
@@ -60,11 +76,13 @@ def warmup_options(fn: F) -> F:
             show_default=True,
             help="Seconds to wait for the server to list its model on /v1/models.",
         ),
+        wait_ready_option(),
         click.option("--model", metavar="NAME", help="Served model to warm (default: the first)."),
         click.option(
             "--main-pid",
             type=click.IntRange(min=1),
             envvar="MAINPID",
+            show_envvar=True,
             metavar="PID",
             help="Stop waiting as soon as this process (the server) exits. Default: $MAINPID, "
             "which systemd sets for ExecStartPost.",
@@ -85,6 +103,7 @@ def warmup_kwargs(
     ready_timeout: float,
     model: str | None,
     main_pid: int | None = None,
+    wait_ready: bool = False,
 ) -> dict[str, Any]:
     """Validate the options (a missing prompt file fails before any server is contacted)."""
     from warmctl.prompts import resolve_prompts
@@ -95,6 +114,7 @@ def warmup_kwargs(
         "max_tokens": max_tokens,
         "chat": chat,
         "ready_timeout": ready_timeout,
+        "wait_start": wait_ready,
         "model": model,
     }
     if main_pid:
@@ -108,31 +128,9 @@ def warmup_kwargs(
 
 @contextmanager
 def progress_display(enabled: bool) -> Iterator[Callable[[str], Any]]:
-    """Yields `make(label) -> progress callback | None`; rich progress on stderr when it is a
-    terminal, nothing otherwise."""
-    from warmctl.output import console
+    """Yields `make(label) -> tracker | None` (warmctl.waits.board): live lines on stderr when
+    it is a terminal, nothing otherwise."""
+    from warmctl.waits import board
 
-    err = console(stderr=True)
-    if not enabled or not err.is_terminal:
-        yield lambda label: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-
-        def make(label: str) -> Callable[[str, int, int], None]:
-            task = bar.add_task(f"{label}: waiting", total=None)
-
-            def update(phase: str, done: int, total: int) -> None:
-                bar.update(task, description=f"{label}: {phase}", completed=done, total=total)
-
-            return update
-
+    with board(enabled) as make:
         yield make

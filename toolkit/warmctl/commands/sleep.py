@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from warmctl.errors import WarmctlError
-from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.options import guard, host_options, per_host, resolve_targets, textfile_options
 from warmctl.target import Target
 
 
@@ -53,6 +54,14 @@ from warmctl.target import Target
     help="Record the greedy answers (token ids, logprobs) of a few fixed prompts to FILE once "
     "the server is drained, before /sleep; `warmctl wake --output-check FILE` replays them.",
 )
+@click.option(
+    "--next-wake",
+    metavar="CALENDAR",
+    help="When the sleep window ends (its wake: a cron or OnCalendar expression). Only for "
+    "the metrics: written as warmctl_sleep_next_wake_timestamp_seconds, so an alert can tell "
+    "a wake that did not happen (the window services pass it).",
+)
+@textfile_options
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -63,13 +72,17 @@ def command(
     gate_path: str | None,
     drain_only: bool,
     check_file: str | None,
+    next_wake: str | None,
+    textfile_dir: str | None,
+    instance_name: str | None,
 ) -> None:
     """Drain in-flight requests, then put a server to sleep.
 
     Waits until vllm:num_requests_running and vllm:num_requests_waiting are 0 (vLLM crashes or
     hangs when sleep races live requests), then POST /sleep?level=N and confirms with
     /is_sleeping. Already asleep: nothing to do. Needs a server started with
-    VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode.
+    VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode. On a terminal, each host's line says how
+    many requests the drain still waits for and for how long so far.
 
     Exit status: 0 asleep, 2 on any error (a drain that timed out included).
     """
@@ -77,11 +90,14 @@ def command(
     def body() -> int:
         from warmctl.client import Client
         from warmctl.gate import behind_closed_gate, drain_only_report, gate_for
+        from warmctl.options import check_instance_name, write_metrics
         from warmctl.output import report_hosts
         from warmctl.outputcheck import recorder
         from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, SleepReport, sleep
+        from warmctl.waits import board, say_of
 
         targets = resolve_targets(hosts)
+        check_instance_name(instance_name, targets)
         gate = gate_for(gate_path, targets)
         if check_file and len(targets) != 1:
             raise WarmctlError(
@@ -89,21 +105,28 @@ def command(
                 f"{len(targets)}",
                 kind="input",
             )
+        wake_at = _next_wake_timestamp(next_wake) if next_wake else None
 
-        def one(t: Target) -> SleepReport:
+        def one(t: Target, say: Callable[[str], None] | None) -> SleepReport:
             client = Client(t, api_key, timeout)
             if drain_only:
-                return drain_only_report(client, drain_timeout)
+                return drain_only_report(client, drain_timeout, on_wait=say)
             return sleep(
                 client,
                 level=level,
                 drain_timeout=drain_timeout,
                 op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
                 before_sleep=recorder(client, Path(check_file)) if check_file else None,
+                on_wait=say,
             )
 
-        results = per_host(
-            targets, lambda t: behind_closed_gate(gate, lambda: one(t)) if gate else one(t)
+        def guarded(t: Target, say: Callable[[str], None] | None) -> SleepReport:
+            return behind_closed_gate(gate, lambda: one(t, say)) if gate else one(t, say)
+
+        with board(not as_json) as track:
+            results = per_host(targets, lambda t: guarded(t, say_of(track(t.label))))
+        metrics_code = write_metrics(
+            textfile_dir, instance_name, "sleep", targets, results, next_wake=wake_at
         )
 
         def lines(r: SleepReport) -> list[str]:
@@ -119,6 +142,14 @@ def command(
             return out
 
         labels = [t.label for t in targets]
-        return report_hosts("sleep", labels, results, SleepReport, lines, as_json=as_json)
+        code = report_hosts("sleep", labels, results, SleepReport, lines, as_json=as_json)
+        return max(code, metrics_code)
 
     guard(body)
+
+
+def _next_wake_timestamp(expr: str) -> float:
+    """Unix time of the next elapse of `expr` (a bad expression is one line, exit 2)."""
+    from warmctl.calendar import next_elapse
+
+    return next_elapse(expr).timestamp()

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import Any
 
 import click
 
-from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.options import guard, host_options, per_host, resolve_targets, textfile_options
 from warmctl.target import Target
-
-if TYPE_CHECKING:
-    from warmctl.verify import VerifyReport
+from warmctl.warmup_cli import wait_ready_option
 
 
 @click.command(name="verify")
@@ -72,11 +71,13 @@ if TYPE_CHECKING:
     show_default=True,
     help="Seconds to wait for the server to list its model on /v1/models.",
 )
+@wait_ready_option()
 @click.option("--model", metavar="NAME", help="Served model to check (default: the first).")
 @click.option(
     "--asleep-ok",
     is_flag=True,
     envvar="WARMCTL_VERIFY_ASLEEP_OK",
+    show_envvar=True,
     help="A host asleep (in its sleep window) does not fail the run: it is reported ASLEEP, "
     "not measured, and exits 0 (a deploy inside a window uses this).",
 )
@@ -84,9 +85,11 @@ if TYPE_CHECKING:
     "--parallel",
     type=click.IntRange(min=1),
     envvar="WARMCTL_VERIFY_PARALLEL",
-    help="Hosts measured at once (default: the inventory's vllm_verify_throttle, else 16). "
-    "Each measurement is a client on this machine: with few cores, fewer at a time keeps one "
-    "host's requests from delaying another's first request.",
+    show_envvar=True,
+    help="Hosts measured at once (default: the inventory's vllm_verify_throttle, else 16 from "
+    "here and every host with --from host). Each measurement from here is a client on this "
+    "machine: with few cores, fewer at a time keeps one host's requests from delaying "
+    "another's first request.",
 )
 @click.option(
     "--attempts",
@@ -94,6 +97,7 @@ if TYPE_CHECKING:
     default=1,
     show_default=True,
     envvar="WARMCTL_VERIFY_ATTEMPTS",
+    show_envvar=True,
     help="Measure a FAILing host again, up to this many times in all; it passes when an "
     "attempt passes, and every attempt is reported (inventory hosts: their "
     "vllm_verify_attempts unless this is given). A later attempt's first request follows the "
@@ -108,6 +112,22 @@ if TYPE_CHECKING:
     metavar="S",
     help="Seconds between a FAILed attempt and the next.",
 )
+@click.option(
+    "--from",
+    "measure_from",
+    type=click.Choice(["host", "controller"]),
+    default="host",
+    show_default=True,
+    envvar="WARMCTL_VERIFY_FROM",
+    show_envvar=True,
+    help="Where --inventory hosts are measured. host: each host runs its own warmctl "
+    "(vllm_install_warmctl_venv/bin/warmctl) against its instances on 127.0.0.1, all hosts at "
+    "once through ansible-playbook, and the results are tabulated here: the fleet takes about "
+    "one host's time and this machine's CPU is not in the figures. controller: measured from "
+    "this machine, --parallel at a time (checks the network path too). HOST arguments are "
+    "always measured from here.",
+)
+@textfile_options
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -128,6 +148,10 @@ def command(
     parallel: int | None,
     attempts: int,
     attempt_pause: float,
+    wait_ready: bool,
+    measure_from: str,
+    textfile_dir: str | None,
+    instance_name: str | None,
 ) -> None:
     """Measure first-request vs steady TTFT and decode speed; PASS/FAIL per host.
 
@@ -141,18 +165,51 @@ def command(
     rotation as draining (a deploy verifies it before it rejoins) is measured: verify's requests
     carry the header X-Warmctl-Verify, which lets them past that gate only.
 
+    --inventory hosts measure themselves (--from host, the default): each runs its own warmctl
+    verify against its instances on 127.0.0.1, all at once through ansible-playbook, and the
+    results are tabulated here; --from controller measures them from this machine.
+
+    A host that refuses connections or does not resolve is reported at once (exit 2, one
+    line); --wait-ready waits up to --ready-timeout for one that is still starting. On a
+    terminal, each host's line says what is being measured or waited for.
+
     Exit status: 0 all PASS, 1 any FAIL or ASLEEP (ASLEEP passes with --asleep-ok), 2 any host
     unreachable or erroring.
     """
 
     def body() -> int:
         from warmctl.client import Client
+        from warmctl.fleet import plan, verify_on_hosts
         from warmctl.gate import VERIFY_HEADER
-        from warmctl.options import inventory_parallel
-        from warmctl.output import console, emit_json, error_line, ms, status_style, table
+        from warmctl.options import check_instance_name, inventory_parallel, write_metrics
+        from warmctl.output import (
+            console,
+            emit_json,
+            error_line,
+            journal_attached,
+            ms,
+            status_style,
+            table,
+            warning_line,
+        )
         from warmctl.verify import Thresholds, VerifyReport, exit_code, verify_attempts
+        from warmctl.waits import board, say_of
 
-        targets = resolve_targets(hosts, inventory_path, limit)
+        # HOST arguments are measured from here; inventory hosts measure themselves unless
+        # --from controller
+        inventory: list = []
+        if inventory_path is not None and measure_from == "host":
+            from warmctl.inventory import inventory_hosts
+
+            targets = resolve_targets(hosts) if hosts else []
+            inventory = inventory_hosts(str(inventory_path), limit)
+            seen = {t.base_url for t in targets}
+            for _, _, host_targets in inventory:
+                targets += [t for t in host_targets if t.base_url not in seen]
+        else:
+            targets = resolve_targets(hosts, inventory_path, limit)
+        here = [t for t in targets if not any(t in ts for _, _, ts in inventory)]
+        check_instance_name(instance_name, targets)
         ctx = click.get_current_context()
         given = {
             name
@@ -174,48 +231,95 @@ def command(
         def attempts_for(t: Target) -> int:
             return attempts if "attempts" in given else int(t.settings.get("attempts", attempts))
 
-        reports = per_host(
-            targets,
-            lambda t: verify_attempts(
-                Client(t, api_key, timeout, headers={VERIFY_HEADER: "1"}),
-                attempts=attempts_for(t),
-                pause_s=attempt_pause,
-                steady=steady,
-                max_tokens=max_tokens,
-                decode_tokens=decode_tokens,
-                thresholds=limits_for(t),
-                ready_timeout=ready_timeout,
-                model=model,
-            ),
-            workers=parallel or inventory_parallel(targets),
-        )
-        done = [
-            r if isinstance(r, VerifyReport) else VerifyReport(t.label, error=str(r))
-            for t, r in zip(targets, reports, strict=True)
-        ]
+        def host_args(t: Target) -> list[str]:
+            """The options of a host's own verify: the same measurement, its limits."""
+            limits = limits_for(t)
+            args = [
+                "--max-first-ttft", f"{limits.max_first_ttft_s:g}",
+                "--max-ratio", f"{limits.max_ratio:g}",
+                "--attempts", str(attempts_for(t)),
+                "--attempt-pause", f"{attempt_pause:g}",
+                "--steady", str(steady),
+                "--max-tokens", str(max_tokens),
+                "--decode-tokens", str(decode_tokens),
+                "--ready-timeout", f"{ready_timeout:g}",
+                "--timeout", f"{timeout:g}",
+            ]  # fmt: skip
+            if wait_ready:
+                args.append("--wait-ready")
+            if model:
+                args += ["--model", model]
+            if max_steady_ttft is not None:
+                args += ["--max-steady-ttft", f"{max_steady_ttft:g}"]
+            if max_decode_ms is not None:
+                args += ["--max-decode-ms", f"{max_decode_ms:g}"]
+            return args
+
+        by_url: dict[str, dict] = {}
+        if inventory:
+            plans = plan(inventory, host_args)
+            # every host at once (each measures itself), unless told otherwise: --parallel, or
+            # the inventory's vllm_verify_throttle (hosts that share cores, like a test bed)
+            throttle = [int(t.settings["parallel"]) for t in targets if t.settings.get("parallel")]
+            forks = parallel or (min(throttle) if throttle else len(plans))
+            fleet = verify_on_hosts(str(inventory_path), plans, api_key=api_key, forks=forks)
+            flat = [t for p in plans for t in p.targets]
+            by_url.update({t.base_url: r for t, r in zip(flat, fleet, strict=True)})
+        with board(not as_json and bool(here)) as track:
+            reports = (
+                per_host(
+                    here,
+                    lambda t: verify_attempts(
+                        Client(t, api_key, timeout, headers={VERIFY_HEADER: "1"}),
+                        attempts=attempts_for(t),
+                        pause_s=attempt_pause,
+                        steady=steady,
+                        max_tokens=max_tokens,
+                        decode_tokens=decode_tokens,
+                        thresholds=limits_for(t),
+                        ready_timeout=ready_timeout,
+                        model=model,
+                        wait_start=wait_ready,
+                        on_wait=say_of(track(t.label)),
+                    ),
+                    workers=parallel or inventory_parallel(here or targets),
+                )
+                if here
+                else []
+            )
+        for t, r in zip(here, reports, strict=True):
+            report = r if isinstance(r, VerifyReport) else VerifyReport(t.label, error=str(r))
+            by_url[t.base_url] = report.to_dict()
+        done = [by_url[t.base_url] for t in targets]
         code = exit_code(done, asleep_ok=asleep_ok)
-        for r in done:
-            if r.error:
-                error_line(r.error)
+        code = max(code, write_metrics(textfile_dir, instance_name, "verify", targets, done))
+        in_journal = journal_attached(sys.stderr)
+        for d in done:
+            if d.get("error"):
+                error_line(d["error"])
+            elif d["status"] != "PASS" and in_journal:  # `journalctl -p warning` finds it
+                warning_line(f"{d['target']}: {d['status']}: {_why(d)}")
         if as_json:
-            emit_json("verify", [r.to_dict() for r in done], code)
+            emit_json("verify", done, code)
             return code
+        if all(d["status"] == "ERROR" for d in done):
+            return code  # nothing measured: the one line per host on stderr says it all
         rows = []
-        for r in done:
-            first_total = r.first.total_s if r.first else None
-            ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
-            decode = r.decode_ms_per_token
+        for d in done:
+            ratio = "-" if d.get("ratio") is None else f"{d['ratio']:.2f}x"
+            decode = d.get("decode_ms_per_token")
+            attempt = d.get("attempt") or 1
             rows.append(
                 [
-                    r.target,
-                    status_style(r.status) + (f" (attempt {r.attempt})" if r.earlier else ""),
-                    ms(r.first_ttft_s),
-                    ms(first_total),
-                    ms(r.steady_median_s),
-                    ms(r.steady_p90_s),
+                    d["target"],
+                    status_style(d["status"]) + (f" (attempt {attempt})" if attempt > 1 else ""),
+                    ms(d.get("first_ttft_s")),
+                    ms(d.get("first_total_s")),
+                    ms(d.get("steady_median_ttft_s")),
+                    ms(d.get("steady_p90_ttft_s")),
                     ratio,
                     "-" if decode is None else f"{decode:.2f}",
-                    _why(r),
+                    _why(d),
                 ]
             )
         console().print(
@@ -240,16 +344,16 @@ def command(
     guard(body)
 
 
-def _why(report: VerifyReport) -> str:
+def _why(report: dict[str, Any]) -> str:
     """Why the host failed, after why each earlier attempt did ("attempt 1: ...")."""
-    now = (
-        "; ".join(report.reasons) if report.reasons else _without_label(report.error, report.target)
-    )
-    if not report.earlier:
+    reasons = report.get("reasons") or []
+    now = "; ".join(reasons) if reasons else _without_label(report.get("error"), report["target"])
+    earlier = report.get("earlier_attempts") or []
+    if not earlier:
         return now
-    notes = [f"attempt {n}: {'; '.join(e.reasons)}" for n, e in enumerate(report.earlier, 1)]
+    notes = [f"attempt {n}: {'; '.join(e.get('reasons') or [])}" for n, e in enumerate(earlier, 1)]
     if now:
-        notes.append(f"attempt {report.attempt}: {now}")
+        notes.append(f"attempt {report.get('attempt')}: {now}")
     return " | ".join(notes)
 
 

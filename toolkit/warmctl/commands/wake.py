@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from warmctl.errors import WarmctlError
-from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.options import guard, host_options, per_host, resolve_targets, textfile_options
 from warmctl.target import Target
 from warmctl.warmup_cli import warmup_kwargs, warmup_options
+
+if TYPE_CHECKING:
+    from warmctl.sleepwake import WakeReport
+    from warmctl.waits import Tracker
 
 
 @click.command(name="wake")
@@ -56,6 +61,7 @@ from warmctl.warmup_cli import warmup_kwargs, warmup_options
     help="Largest logprob difference accepted on an equal token.",
 )
 @warmup_options
+@textfile_options
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -67,6 +73,8 @@ def command(
     gate_path: str | None,
     check_file: str | None,
     output_tolerance: float,
+    textfile_dir: str | None,
+    instance_name: str | None,
     **options: object,
 ) -> None:
     """Wake a sleeping server (reloading weights after level 2), then warm it.
@@ -76,7 +84,8 @@ def command(
     Then /is_sleeping must say false, and a warmup runs so the first user request after a wake
     is fast: one short streamed request per route (completions, and chat when the model has a
     template), or with --full-warmup (implied by --batch-sizes) the whole `warmctl warmup`.
-    Already awake: only the warmup runs.
+    Already awake: only the warmup runs. On a terminal, each host's line says which step it
+    waits for and for how long.
 
     Exit status: 0 awake (and warm), 2 on any error.
     """
@@ -91,8 +100,10 @@ def command(
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
         kwargs["light"] = not (full_warmup or "batch_sizes" in kwargs)
         from warmctl.gate import gate_for, open_after
+        from warmctl.options import check_instance_name, write_metrics
 
         targets = resolve_targets(hosts)
+        check_instance_name(instance_name, targets)
         gate = gate_for(gate_path, targets)
         if check_file and len(targets) != 1:
             raise WarmctlError(
@@ -102,20 +113,22 @@ def command(
             )
         wanted = None if level == "auto" else int(level)
 
-        def one(t: Target, progress: object) -> WakeReport:
+        def one(t: Target, tracker: Tracker | None) -> WakeReport:
             client = Client(t, api_key, timeout)
             check = checker(client, Path(check_file), output_tolerance) if check_file else None
             return wake(
                 client,
                 level=wanted,
                 run_warmup=not no_warmup,
-                warmup_options={**kwargs, "progress": progress},
+                warmup_options={**kwargs, "progress": tracker},
                 op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
+                on_step=(lambda step: tracker.say(f"waking: {step}")) if tracker else None,
                 check=check,
             )
 
-        with progress_display(not as_json and not no_warmup) as make:
+        with progress_display(not as_json) as make:
             results = per_host(targets, lambda t: open_after(gate, lambda: one(t, make(t.label))))
+        metrics_code = write_metrics(textfile_dir, instance_name, "wake", targets, results)
 
         def lines(r: WakeReport) -> list[str]:
             steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps) or "nothing to do"
@@ -145,6 +158,7 @@ def command(
             return out
 
         labels = [t.label for t in targets]
-        return report_hosts("wake", labels, results, WakeReport, lines, as_json=as_json)
+        code = report_hosts("wake", labels, results, WakeReport, lines, as_json=as_json)
+        return max(code, metrics_code)
 
     guard(body)

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import click
 
-from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.options import guard, host_options, per_host, resolve_targets, textfile_options
 from warmctl.warmup_cli import warmup_kwargs, warmup_options
 
 
 @click.command(name="warmup")
 @host_options()
 @warmup_options
+@textfile_options
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
     timeout: float,
     as_json: bool,
+    textfile_dir: str | None,
+    instance_name: str | None,
     **options: object,
 ) -> None:
     """Wait until a server is ready, then warm it with real-shaped traffic.
@@ -25,17 +28,23 @@ def command(
     captured as CUDA graphs; the same on /v1/chat/completions when the model has a chat
     template. Prints what was sent and how long each phase took.
 
+    A server that refuses connections is reported at once unless --wait-ready is given (the
+    unit's ExecStartPost gives it: the server is still starting). On a terminal, each host's
+    line says what it waits for and for how long.
+
     Exit status: 0 when every server is warm, 2 on any error.
     """
 
     def body() -> int:
         from warmctl.client import Client
+        from warmctl.options import check_instance_name, write_metrics
         from warmctl.output import console, emit_json, error_line, ms, secs, table
         from warmctl.stream import median
         from warmctl.warmup import WarmupReport, warmup
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
         targets = resolve_targets(hosts)
+        check_instance_name(instance_name, targets)
         with_progress = not as_json
         from warmctl.warmup_cli import progress_display
 
@@ -49,6 +58,7 @@ def command(
             if not isinstance(r, WarmupReport):
                 code = 2
                 error_line(str(r))
+        code = max(code, write_metrics(textfile_dir, instance_name, "warmup", targets, results))
         if as_json:
             emit_json(
                 "warmup",

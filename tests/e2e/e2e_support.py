@@ -25,10 +25,10 @@ TIMINGS: list[tuple[str, float]] = []
 NOTES: list[str] = []
 _TASK = re.compile(r"^TASK \[(.+?)\] \*+$")
 KNOWN_REINSTALL = (
-    "vllm_install : Install vLLM into its venv",
-    "vllm_install : Remove the packages that break vLLM on CPU hosts",
-    "vllm_install : Install warmctl into its venv",
-    "vllm_service : Reload systemd and restart the changed instances",
+    "warmctl.vllm.vllm_install : Install vLLM into its venv",
+    "warmctl.vllm.vllm_install : Remove the packages that break vLLM on CPU hosts",
+    "warmctl.vllm.vllm_install : Install warmctl into its venv",
+    "warmctl.vllm.vllm_service : Reload systemd and restart the changed instances",
 )
 _RECAP = re.compile(r"^(\S+)\s+:\s+((?:[a-z]+=\d+\s*)+)$", re.MULTILINE)
 

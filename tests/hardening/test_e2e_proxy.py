@@ -402,7 +402,7 @@ def test_deploy_and_reboot_inside_a_sleep_window(lab: Lab, deployed: Path) -> No
     assert 0 <= started < journal.find("Stopped vllm-tiny.service", started), journal[-2000:]
     verified = [line for line in again.output.splitlines() if f"{host.address}:8000" in line]
     assert any("PASS" in line for line in verified), again.tail(40)
-    back_to_sleep = "vllm_schedule : Put the instances this deploy restarted"
+    back_to_sleep = "warmctl.vllm.vllm_schedule : Put the instances this deploy restarted"
     assert any(t.startswith(back_to_sleep) for t in tasks), tasks
     assert state == "inactive"
     assert probe(lab, "GET", f"http://{host.address}:8000/health", source=other).startswith("503")

@@ -142,6 +142,14 @@ def _verify_settings(name: str, hv: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def host_vars(path: str | Path, limit: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(inventory host name, the few variables warmctl reads, templated) per host."""
+    p = str(path)
+    if not Path(p).exists():
+        raise WarmctlError(f"inventory {p!r} not found", kind="input")
+    return _load(p, limit)
+
+
 def hosts_from_inventory(
     path: str | Path, limit: str | None = None, default_port: int = DEFAULT_PORT
 ) -> list[Target]:

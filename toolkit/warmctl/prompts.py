@@ -22,6 +22,8 @@ ENV_PROMPTS = "WARMCTL_PROMPTS"
 ENV_PREWARM = "VLLM_PREWARM_PROMPT"
 # rough upper bound of tokens per English word for the tokenizers vLLM serves
 TOKENS_PER_WORD = 1.5
+# typical tokens per word of that English text (Qwen3's tokenizer: 1.2-1.3)
+TOKENS_PER_WORD_TYPICAL = 1.25
 
 _SHORT = "Hello! In one sentence, what is a GPU?"
 _MEDIUM = (
@@ -99,6 +101,32 @@ def default_prompts(max_model_len: int | None = None, max_tokens: int = 16) -> l
     if repeats * words_each > medium_words * 2:
         prompts.append(long_prompt.strip())
     return prompts
+
+
+def parse_prompt_tokens(text: str) -> list[int]:
+    """`300,600,900` -> [300, 600, 900] (each >= 1, in the order given, no repeats)."""
+    try:
+        values = [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise WarmctlError(
+            f"bad prompt tokens {text!r}: expected numbers separated by commas, e.g. 300,600",
+            kind="input",
+        ) from None
+    if not values or min(values) < 1:
+        raise WarmctlError(f"bad prompt tokens {text!r}: each must be >= 1", kind="input")
+    return list(dict.fromkeys(values))
+
+
+def sized_prompts(lengths: Sequence[int]) -> list[str]:
+    """One prompt of about each of `lengths` tokens (English text at ~TOKENS_PER_WORD_TYPICAL
+    tokens a word), so a warmup replays the prompt lengths a host's traffic has."""
+    words = _LONG_PARAGRAPH.split()
+    out = []
+    for n in lengths:
+        want = max(1, round(n / TOKENS_PER_WORD_TYPICAL))
+        body = (words * (want // len(words) + 1))[:want]
+        out.append(" ".join(body))
+    return out
 
 
 def resolve_prompts(

@@ -181,6 +181,11 @@ class VllmDouble:
             "Histogram of time spent in WAITING phase for request.",
             LATENCY_BUCKETS,
         )
+        self._e2e = hist(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            LATENCY_BUCKETS,
+        )
         self._preemptions = Counter(
             "vllm:num_preemptions",
             "Cumulative number of preemption.",
@@ -281,6 +286,7 @@ class VllmDouble:
             self._prompt_tokens.labels(*lv).observe(n)
             self._inference.labels(*lv).observe(running_s)
             self._queue.labels(*lv).observe(queue_s)
+            self._e2e.labels(*lv).observe(running_s + queue_s)
         for n in generation_tokens:
             self._generation_tokens.labels(*lv).observe(n)
         for n in steps:

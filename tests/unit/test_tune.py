@@ -70,6 +70,7 @@ def obs(
         generation=hist(TOKEN_BOUNDS, gens),
         inference=hist((1.0, 10.0), [2.0] * len(prompts)),
         queue=hist((0.01, 0.1, 1.0), queue or [0.001] * len(prompts)),
+        e2e=hist((1.0, 10.0), [2.001] * len(prompts)),
         preemptions=preemptions,
         samples=samples,
         cache_info={"num_gpu_blocks": "10000", "block_size": "16"},

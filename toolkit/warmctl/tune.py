@@ -27,7 +27,8 @@ PROMPT_TOKENS = "vllm:request_prompt_tokens"
 GENERATION_TOKENS = "vllm:request_generation_tokens"
 INFERENCE_TIME = "vllm:request_inference_time_seconds"
 QUEUE_TIME = "vllm:request_queue_time_seconds"
-HISTOGRAMS = (STEP_TOKENS, PROMPT_TOKENS, GENERATION_TOKENS, INFERENCE_TIME, QUEUE_TIME)
+E2E_TIME = "vllm:e2e_request_latency_seconds"
+HISTOGRAMS = (STEP_TOKENS, PROMPT_TOKENS, GENERATION_TOKENS, INFERENCE_TIME, QUEUE_TIME, E2E_TIME)
 PREEMPTIONS = "vllm:num_preemptions"  # counter (sample vllm:num_preemptions_total)
 SUCCESS = "vllm:request_success"  # counter, per finished_reason
 COUNTERS = (PREEMPTIONS, SUCCESS)
@@ -153,6 +154,7 @@ class Observation:
     generation: Histogram
     inference: Histogram
     queue: Histogram
+    e2e: Histogram
     preemptions: float
     # gauges sampled through the window (with --since only the last scrape: no peaks)
     samples: list[Sample]
@@ -182,6 +184,18 @@ class Observation:
         """Whether the gauges were sampled through the window (not with --since)."""
         return len(self.samples) >= 2
 
+    @property
+    def mean_in_system(self) -> float | None:
+        """Little's law over the requests' end-to-end time (arrival at the API server to the
+        last token): the concurrency the clients offered."""
+        if self.seconds <= 0:
+            return None
+        if self.e2e.count > 0:
+            return self.e2e.total / self.seconds
+        if self.inference.count > 0:
+            return (self.inference.total + self.queue.total) / self.seconds
+        return None
+
     def peak(self, attr: str) -> float | None:
         if not self.windowed:
             return None
@@ -209,6 +223,7 @@ class Observation:
             "requests": self.requests,
             "preemptions": self.preemptions,
             "mean_running": self.mean_running,
+            "mean_in_flight": self.mean_in_system,
             "peak_running": self.peak("running"),
             "peak_waiting": self.peak("waiting"),
             "peak_kv_usage": self.peak("kv_usage"),
@@ -228,6 +243,7 @@ class Observation:
                 "generation_tokens": self.generation.to_dict(),
                 "inference_seconds": self.inference.to_dict(),
                 "queue_seconds": self.queue.to_dict(),
+                "e2e_seconds": self.e2e.to_dict(),
             },
         }
 
@@ -278,6 +294,7 @@ def observe(
         generation=hist(GENERATION_TOKENS),
         inference=hist(INFERENCE_TIME),
         queue=hist(QUEUE_TIME),
+        e2e=hist(E2E_TIME),
         preemptions=max(
             0.0, last.counters.get(PREEMPTIONS, 0.0) - first.counters.get(PREEMPTIONS, 0.0)
         ),
@@ -711,14 +728,14 @@ def _ramp_choice(obs: Observation) -> Choice:
         )
         why = "1, then the sampled p50, p90 and peak of running requests"
     else:
-        mean = obs.mean_running
+        mean = obs.mean_in_system
         if mean is None or mean <= 0:
             return Choice(
                 WARMUP_RAMP, None, None, "no running request sampled", "nothing to size it: keep"
             )
         points = [1.0, mean, 2 * mean]
-        observed = f"mean running {_fmt(mean)} (running time / window; no samples)"
-        why = "1, the mean and twice the mean of running requests (not sampled: --since)"
+        observed = f"mean in flight {_fmt(mean)} (end-to-end time / window; no samples)"
+        why = "1, the mean and twice the mean of requests in flight (not sampled: --since)"
     ramp = sorted({int(max(1, min(cap, math.ceil(p)))) for p in points})
     return Choice(WARMUP_RAMP, ramp, None, observed, why)
 

@@ -7,8 +7,8 @@ vllm:time_to_first_token_seconds histogram, and the traffic families `warmctl tu
 tokens per engine step, prompt/generation tokens, running/queue time, preemptions, KV usage,
 vllm:cache_config_info; `record_traffic` fills them with any shape, and every streamed
 request adds its own prompt/generation tokens and steps), streaming /v1/completions and
-/v1/chat/completions (SSE), and the dev-mode routes /is_sleeping, /sleep, /wake_up,
-/collective_rpc, /reset_prefix_cache, /server_info (404 unless `dev_mode`).
+/v1/chat/completions (SSE), /tokenize (a prompt's words are its tokens), and the dev-mode
+routes /is_sleeping, /sleep, /wake_up, /collective_rpc, /reset_prefix_cache, /server_info (404 unless `dev_mode`).
 
 Like vLLM: the API key guards only /v1/*; `/sleep` aborts in-flight streams (its default
 mode), so a client that sleeps without draining cuts them (counted in `aborted`); after a
@@ -482,6 +482,21 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             self._send(200, double.server_info(text))
 
         # -- generation ---------------------------------------------------------------------
+        def tokenize(self, query: dict[str, list[str]], body: Any) -> None:
+            """Like vLLM's /tokenize; the double's tokens are the prompt's words."""
+            if not isinstance(body, dict) or body.get("model") != double.config.model:
+                self._error(400, "bad /tokenize request")
+                return
+            words = str(body.get("prompt", "")).split()
+            self._send(
+                200,
+                {
+                    "count": len(words),
+                    "max_model_len": double.config.max_model_len,
+                    "tokens": list(range(len(words))),
+                },
+            )
+
         def completions(self, query: dict[str, list[str]], body: Any) -> None:
             self._generate(body, chat=False)
 
@@ -643,6 +658,7 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
         ("POST", "/reset_prefix_cache"): Handler.reset_prefix_cache,
         ("GET", "/server_info"): Handler.server_info,
         ("POST", "/v1/completions"): Handler.completions,
+        ("POST", "/tokenize"): Handler.tokenize,
         ("POST", "/v1/chat/completions"): Handler.chat,
     }
     return Handler

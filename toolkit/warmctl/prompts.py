@@ -43,6 +43,9 @@ _LONG_PARAGRAPH = (
 class PromptSet:
     prompts: list[str]
     source: str  # "--prompt", "--prompt-file PATH", "WARMCTL_PROMPTS", ..., "default"
+    # token lengths of the generated prompts at the end of `prompts` (--prompt-tokens): the
+    # warmup sizes them again with the server's own tokenizer
+    sized: tuple[int, ...] = ()
 
 
 def split_prompts(text: str, where: str) -> list[str]:
@@ -117,13 +120,15 @@ def parse_prompt_tokens(text: str) -> list[int]:
     return list(dict.fromkeys(values))
 
 
-def sized_prompts(lengths: Sequence[int]) -> list[str]:
-    """One prompt of about each of `lengths` tokens (English text at ~TOKENS_PER_WORD_TYPICAL
-    tokens a word), so a warmup replays the prompt lengths a host's traffic has."""
+def sized_prompts(
+    lengths: Sequence[int], tokens_per_word: float = TOKENS_PER_WORD_TYPICAL
+) -> list[str]:
+    """One prompt of about each of `lengths` tokens (English text at `tokens_per_word`), so a
+    warmup replays the prompt lengths a host's traffic has."""
     words = _LONG_PARAGRAPH.split()
     out = []
     for n in lengths:
-        want = max(1, round(n / TOKENS_PER_WORD_TYPICAL))
+        want = max(1, round(n / tokens_per_word))
         body = (words * (want // len(words) + 1))[:want]
         out.append(" ".join(body))
     return out

@@ -256,9 +256,11 @@ def observe(
     every_s: float = 2.0,
     now: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    done: Callable[[], bool] | None = None,
 ) -> tuple[Observation, Scrape]:
-    """Scrape (unless `start` is given), sample the gauges every `every_s` for `window_s`,
-    scrape again; returns what happened in between and the last scrape."""
+    """Scrape (unless `start` is given), sample the gauges every `every_s` for `window_s` (or
+    until `done()` says so), scrape again; returns what happened in between and the last
+    scrape."""
     label = client.target.label
     samples: list[Sample] = []
     first = start or scrape(client)
@@ -267,7 +269,7 @@ def observe(
         deadline = now() + window_s
         while True:
             left = deadline - now()
-            if left <= 0:
+            if left <= 0 or (done is not None and done()):
                 break
             sleep(min(every_s, left))
             if deadline - now() > 0:
@@ -303,7 +305,19 @@ def observe(
         sleep_metric=last.sleep_metric,
     )
     _server_facts(client, obs)
+    if obs.max_model_len is None:
+        obs.max_model_len = _served_max_model_len(client)
     return obs, last
+
+
+def _served_max_model_len(client: Client) -> int | None:
+    """max_model_len from /v1/models (served without dev mode)."""
+    try:
+        models = client.models()
+    except WarmctlError:
+        return None
+    values = [m.get("max_model_len") for m in models]
+    return min((v for v in values if isinstance(v, int)), default=None)
 
 
 def _sample(s: Scrape) -> Sample:

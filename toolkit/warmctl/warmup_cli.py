@@ -109,11 +109,12 @@ def warmup_kwargs(
     if prompts or prompt_file:
         kwargs["prompts"] = resolve_prompts(prompts, prompt_file, max_tokens=max_tokens)
     if prompt_tokens:
-        sized = sized_prompts(parse_prompt_tokens(prompt_tokens))
+        lengths = parse_prompt_tokens(prompt_tokens)
         given: PromptSet | None = kwargs.get("prompts")
         kwargs["prompts"] = PromptSet(
-            (given.prompts if given else []) + sized,
+            (given.prompts if given else []) + sized_prompts(lengths),
             (given.source + " + " if given else "") + f"--prompt-tokens {prompt_tokens}",
+            tuple(lengths),
         )
     if batch_sizes:
         kwargs["batch_sizes"] = parse_batch_sizes(batch_sizes)

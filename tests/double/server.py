@@ -8,7 +8,8 @@ tokens per engine step, prompt/generation tokens, running/queue time, preemption
 vllm:cache_config_info; `record_traffic` fills them with any shape, and every streamed
 request adds its own prompt/generation tokens and steps), streaming /v1/completions and
 /v1/chat/completions (SSE), /tokenize (a prompt's words are its tokens), and the dev-mode
-routes /is_sleeping, /sleep, /wake_up, /collective_rpc, /reset_prefix_cache, /server_info (404 unless `dev_mode`).
+routes /is_sleeping, /sleep, /wake_up, /collective_rpc, /reset_prefix_cache, /server_info
+(404 unless `dev_mode`).
 
 Like vLLM: the API key guards only /v1/*; `/sleep` aborts in-flight streams (its default
 mode), so a client that sleeps without draining cuts them (counted in `aborted`); after a

@@ -787,18 +787,24 @@ def _kv_choice(obs: Observation, knobs: Knobs, sleeps: bool, no_traffic: bool) -
         needs.append(run_peak * p99_tokens)
     if not needs:
         return Choice(KV_BLOCKS, None, now, observed, "nothing sampled to size it: keep")
+    if not obs.max_model_len:
+        return Choice(KV_BLOCKS, None, now, observed, "max_model_len unknown (vLLM's floor): keep")
     want_tokens = max(needs) * knobs.kv_headroom
-    want = max(16, math.ceil(want_tokens / block))
+    # vLLM refuses to start when the KV cache cannot hold one request of max_model_len
+    floor = math.ceil(obs.max_model_len / block)
+    want = max(floor, math.ceil(want_tokens / block))
     if want >= 0.8 * now:
         return Choice(KV_BLOCKS, None, now, observed, "the traffic uses most of it: keep")
-    return Choice(
-        KV_BLOCKS,
-        want,
-        now,
-        observed,
-        f"{knobs.kv_headroom:g}x the larger of peak usage and peak running x p99 tokens: "
-        f"{want / now:.1%} of today's blocks, so a wake re-maps that much KV memory",
+    why = (
+        f"{knobs.kv_headroom:g}x the larger of peak usage and peak running x p99 tokens"
+        + (
+            f", raised to one max_model_len request ({floor} blocks; vLLM refuses less)"
+            if want == floor
+            else ""
+        )
+        + f": {want / now:.1%} of today's blocks, so a wake re-maps that much KV memory"
     )
+    return Choice(KV_BLOCKS, want, now, observed, why)
 
 
 # -- the inventory snippet ----------------------------------------------------------------------

@@ -60,13 +60,13 @@ def echo(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def mix_prompts(seed: int, n: int) -> list[tuple[str, int]]:
+def mix_prompts(seed: int, n: int, tokens_per_word: float) -> list[tuple[str, int]]:
     """(prompt, intended tokens): unique first words, so no prefix-cache hit flatters TTFT."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
         tokens = rng.randint(300, 900) if rng.random() < LONG_SHARE else rng.randint(30, 120)
-        (body,) = sized_prompts([tokens])
+        (body,) = sized_prompts([tokens], tokens_per_word=tokens_per_word)
         out.append((f"Ticket {seed}-{i}-{rng.randrange(10**6)}. {body}", tokens))
     return out
 
@@ -95,7 +95,11 @@ def run_phase(
 
 
 def run_mix(api: Api, seed: int) -> dict[str, Any]:
-    """The mix, phase by phase; TTFTs in ms and output tokens/s over the whole mix."""
+    """The mix, phase by phase; TTFTs in ms and output tokens/s over the whole mix. Prompt
+    lengths are sized with the server's own tokenizer (/tokenize)."""
+    from warmctl.warmup import tokens_per_word
+
+    tpw = tokens_per_word(api.client, api.model) or 1.25
     ttfts: list[float] = []
     tokens = 0
     prompt_tokens: list[int] = []
@@ -104,7 +108,7 @@ def run_mix(api: Api, seed: int) -> dict[str, Any]:
     for c in CONCURRENCY:
         p0 = time.monotonic()
         phase_ttfts, phase_tokens, phase_prompts = run_phase(
-            api, c, mix_prompts(seed * 100 + c, c * PER_CLIENT)
+            api, c, mix_prompts(seed * 100 + c, c * PER_CLIENT, tpw)
         )
         wall = time.monotonic() - p0
         phases.append(
@@ -129,7 +133,11 @@ def run_mix(api: Api, seed: int) -> dict[str, Any]:
         "ttft_p90_ms": round(q[-1], 2),
         "ttft_mean_ms": round(statistics.fmean(ttfts), 2),
         "output_tokens_per_s": round(tokens / wall, 1),
+        "tokens_per_word": round(tpw, 3),
         "prompt_tokens_p50": statistics.median(prompt_tokens) if prompt_tokens else None,
+        "prompt_tokens_p10_p90": statistics.quantiles(prompt_tokens, n=10)[::8]
+        if len(prompt_tokens) > 1
+        else None,
         "phases": phases,
         "ttfts_ms": [round(x, 2) for x in ttfts],
     }

@@ -109,3 +109,24 @@ def test_plan_parsing():
         parse_plan("A,D", table)
     with pytest.raises(WarmctlError, match="bad plan item"):
         parse_plan("B+nap", table)
+
+
+def test_an_instance_keeps_its_extra_args_after_the_sites(site):
+    """What `scripts/tune_bench.py` deploys: tune's flags after the machine's own."""
+    tuned = configs.Config(
+        "U",
+        "tuned",
+        True,
+        {"cudagraph_capture_sizes": [2, 640]},
+        {
+            "extra_args": ["--num-gpu-blocks-override", "2560"],
+            "warmup_args": ["--prompt-tokens", "190,590", "--batch-sizes", "1,8"],
+        },
+    )
+    launch = tuned.launch(site, site.workdir / "t0")
+    argv = launch.spec.argv
+    assert argv[-4:] == ["--max-model-len", "2048", "--num-gpu-blocks-override", "2560"]
+    assert json.loads(argv[argv.index("--compilation-config") + 1]) == {
+        "cudagraph_capture_sizes": [2, 640]
+    }
+    assert launch.warmup_argv[-4:] == ["--prompt-tokens", "190,590", "--batch-sizes", "1,8"]

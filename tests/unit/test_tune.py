@@ -78,6 +78,7 @@ def obs(
         max_num_seqs=256,
         max_num_batched_tokens=8192,
         max_model_len=40960,
+        sleep_mode=True,  # /server_info: --enable-sleep-mode
     )
     for key, value in server.items():
         setattr(o, key, value)
@@ -234,7 +235,12 @@ def test_queueing_with_room_raises_max_num_seqs() -> None:
 def test_cpu_server_gets_no_capture_sizes_and_awake_instances_no_kv() -> None:
     p = propose(obs([100] * 10, [8] * 10, [100] * 10, device="cpu"), Knobs(sleeps=False))
     assert p.choice(CAPTURE).keep and "CPU" in p.choice(CAPTURE).why
+    assert p.choice(KV_BLOCKS).keep and "never sleeps" in p.choice(KV_BLOCKS).why
+    p = propose(obs([100] * 10, [8] * 10, [100] * 10), Knobs(sleeps=False))
     assert p.choice(KV_BLOCKS).keep and "does not sleep" in p.choice(KV_BLOCKS).why
+    # no /server_info (no dev mode): the server cannot sleep, whatever the inventory says
+    p = propose(obs([100] * 10, [8] * 10, [100] * 10, sleep_mode=None), Knobs(sleeps=True))
+    assert not p.sleeps and p.choice(KV_BLOCKS).keep
 
 
 def test_snippet_merges_into_the_inventory_instances() -> None:

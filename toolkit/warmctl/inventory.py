@@ -29,6 +29,7 @@ VERIFY_VARS = {
 }
 SERVICE_PORT_VAR = "vllm_service_port"  # the roles' default port of an instance
 ADDRESS_VAR = "vllm_verify_address"  # the roles' override of the address to check
+DEVICE_VAR = "vllm_preflight_device"  # "cpu" hosts never sleep (their windows stop the unit)
 _PLUGIN_FAIL = re.compile(r"Failed to parse inventory with '(\w+)' plugin: ([^\n]+)")
 
 
@@ -87,6 +88,7 @@ def _template(loader: Any, hv: dict[str, Any]) -> dict[str, Any]:
         PORT_VAR,
         INSTANCES_VAR,
         SERVICE_PORT_VAR,
+        DEVICE_VAR,
         *VERIFY_VARS,
     ):
         if key in hv:

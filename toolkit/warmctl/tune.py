@@ -414,7 +414,7 @@ class Knobs:
     max_padding: float = DEFAULT_MAX_PADDING
     max_capture: int = DEFAULT_MAX_CAPTURE
     kv_headroom: float = DEFAULT_KV_HEADROOM
-    sleeps: bool | None = None  # from the inventory; None: ask the server
+    sleeps: bool | None = None  # from the inventory (False: never); None: the server says
 
 
 @dataclass
@@ -541,11 +541,9 @@ def _in_inf(h: Histogram, q: float) -> bool:
 
 
 def propose(obs: Observation, knobs: Knobs) -> Proposal:
-    sleeps = (
-        knobs.sleeps
-        if knobs.sleeps is not None
-        else bool(obs.sleep_mode if obs.sleep_mode is not None else obs.sleep_metric)
-    )
+    # sleeping needs the dev-mode routes, so the server's /server_info tells; the inventory can
+    # only say no (sleep: false, or a CPU host)
+    sleeps = obs.sleep_mode is True and knobs.sleeps is not False
     no_traffic = obs.steps.count <= 0 or obs.prompt.count <= 0
     choices = [
         _capture_choice(obs, knobs, no_traffic),
@@ -768,6 +766,8 @@ def _kv_choice(obs: Observation, knobs: Knobs, sleeps: bool, no_traffic: bool) -
         f"{_fmt(capacity)} tokens; running peak {_fmt(run_peak)}; "
         f"p99 prompt+generation {_fmt(p99_tokens, ' tok')}"
     )
+    if obs.device == "cpu":
+        return Choice(KV_BLOCKS, None, now, observed, "CPU server: it never sleeps: keep")
     if not sleeps:
         return Choice(KV_BLOCKS, None, now, observed, "the instance does not sleep: keep")
     if no_traffic:

@@ -168,7 +168,7 @@ def _targets(
         targets.append(t)
         where[t.label] = (t.host, str(t.port), None, None)
     if inventory_path:
-        from warmctl.inventory import INSTANCES_VAR, host_vars, targets_for_host
+        from warmctl.inventory import DEVICE_VAR, INSTANCES_VAR, host_vars, targets_for_host
 
         loaded = host_vars(inventory_path, limit)
         if not loaded:
@@ -180,9 +180,13 @@ def _targets(
                 targets.append(t)
                 if instances:
                     inst = instances[i]
+                    # the roles: sleep defaults to true when windows are set, on GPU hosts;
+                    # a CPU host never sleeps (its windows stop and start the unit)
                     sleeps = inst.get("sleep")
                     if sleeps is None:
                         sleeps = bool(inst.get("windows"))
+                    if str(hv.get(DEVICE_VAR, "")).lower() == "cpu":
+                        sleeps = False
                     where[t.label] = (name, str(inst.get("name", i)), instances, bool(sleeps))
                 else:
                     where[t.label] = (name, str(t.port), None, None)

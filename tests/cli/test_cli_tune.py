@@ -211,6 +211,10 @@ def test_inventory_snippet_keeps_the_instances(run, vllm_double_factory, tmp_pat
         "550,750,950",
     ]
     assert chat_i["compilation_config"]["cudagraph_capture_sizes"][-1] == 1024
+    # the double says sleep mode; like the roles, only an instance with windows sleeps
+    result = run("tune", "-i", str(inv), "--since", str(start), "--json")
+    sleeps = {r["target"]: r["sleeps"] for r in results(result)}
+    assert sleeps == {"gpu-1/chat": False, "gpu-1/code": True}
     assert code_i == {
         "name": "code",
         "model": "/m/code",
@@ -235,3 +239,34 @@ def test_bad_input_is_one_line(run, vllm_double: VllmDouble, tmp_path: Path) -> 
     result = run("tune", "127.0.0.1:1", "--window", "1")
     assert result.exit_code == 2 and "connection refused" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_inventory_cpu_or_eager_instances_get_no_graphs_or_kv(
+    run, vllm_double: VllmDouble, tmp_path: Path
+) -> None:
+    inv = tmp_path / "hosts.yml"
+    window = {"name": "n", "sleep": "0 1 * * *", "wake": "0 6 * * *"}
+    instance = {
+        "name": "tiny",
+        "model": "/m",
+        "port": vllm_double.port,
+        "enforce_eager": True,
+        "windows": [window],
+    }
+    host = {"ansible_host": "127.0.0.1", "vllm_service_instances": [instance]}
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"cpu-1": host}}}))
+    start = tmp_path / "t0.json"
+    assert run("tune", "-i", str(inv), "--window", "1", "--save", str(start)).exit_code == 0
+    vllm_double.record_traffic([600] * 100, [50] * 100, [600] * 100 + [8] * 5000)
+    result = run("tune", "-i", str(inv), "--since", str(start), "--json")
+    (item,) = results(result)
+    c = choices(item)
+    assert c["compilation_config.cudagraph_capture_sizes"]["keep"]
+    assert "enforce_eager" in c["compilation_config.cudagraph_capture_sizes"]["why"]
+    assert item["sleeps"] is True  # the double has sleep mode; the inventory did not rule it out
+    host["vllm_preflight_device"] = "cpu"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"cpu-1": host}}}))
+    (item,) = results(run("tune", "-i", str(inv), "--since", str(start), "--json"))
+    assert item["sleeps"] is False and choices(item)["num_gpu_blocks_override"]["keep"]
+    assert "compilation_config" not in item["instance"]["changes"]
+    assert item["instance"]["changes"]["warmup_args"][0] == "--prompt-tokens"

@@ -87,7 +87,7 @@ def test_tune_reads_the_load_vllm_served(warmctl, awake_server: VllmServer, tmp_
 
     c = {ch["key"]: ch for ch in item["choices"]}
     assert c["compilation_config.cudagraph_capture_sizes"]["keep"]
-    assert "CPU server" in c["compilation_config.cudagraph_capture_sizes"]["why"]
+    assert "captures no CUDA graphs" in c["compilation_config.cudagraph_capture_sizes"]["why"]
     lengths = c["warmup prompt tokens"]["value"]
     assert lengths == sorted(lengths) and len(lengths) >= 2
     # interpolated inside vLLM's 1-2-5 buckets: within the buckets that hold the prompts sent

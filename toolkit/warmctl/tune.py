@@ -415,6 +415,7 @@ class Knobs:
     max_capture: int = DEFAULT_MAX_CAPTURE
     kv_headroom: float = DEFAULT_KV_HEADROOM
     sleeps: bool | None = None  # from the inventory (False: never); None: the server says
+    graphs: bool = True  # False: the inventory says the instance captures none (CPU, eager)
 
 
 @dataclass
@@ -563,8 +564,10 @@ def _capture_choice(obs: Observation, knobs: Knobs, no_traffic: bool) -> Choice:
     observed = _dist(obs.steps, " tok")
     if no_traffic:
         return Choice(CAPTURE, None, now, observed, NO_TRAFFIC)
-    if obs.device == "cpu":
-        return Choice(CAPTURE, None, now, observed, "CPU server: it captures no CUDA graphs")
+    if obs.device == "cpu" or not knobs.graphs:
+        return Choice(
+            CAPTURE, None, now, observed, "CPU host or enforce_eager: it captures no CUDA graphs"
+        )
     limit = knobs.max_capture
     if obs.max_num_batched_tokens:
         limit = min(limit, obs.max_num_batched_tokens)

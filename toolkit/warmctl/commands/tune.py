@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 # target label -> (inventory host, instance name, the host's instances or None, sleeps or None)
 Where = dict[str, tuple[str, str, list[dict[str, Any]] | None, bool | None]]
+# target label -> False when the inventory says the instance captures no CUDA graphs
+Graphs = dict[str, bool]
 
 
 @click.command(name="tune")
@@ -125,7 +127,7 @@ def command(
             click.core.ParameterSource.DEFAULT
         ):
             raise WarmctlError("--window and --since exclude each other", kind="input")
-        targets, where = _targets(hosts, inventory_path, limit)
+        targets, where, graphs = _targets(hosts, inventory_path, limit)
         saved = load_scrapes(since_path) if since_path else None
 
         def one(t: Target) -> tuple[Proposal, Scrape]:
@@ -145,7 +147,9 @@ def command(
             obs, last = observe(
                 Client(t, api_key, timeout), start=start, window_s=window, every_s=every
             )
-            knobs = Knobs(max_padding, max_capture, kv_headroom, where[t.label][3])
+            knobs = Knobs(
+                max_padding, max_capture, kv_headroom, where[t.label][3], graphs.get(t.label, True)
+            )
             return propose(obs, knobs), last
 
         results = per_host(targets, one)
@@ -156,13 +160,14 @@ def command(
 
 def _targets(
     hosts: tuple[str, ...], inventory_path: str | None, limit: str | None
-) -> tuple[list[Target], Where]:
+) -> tuple[list[Target], Where, Graphs]:
     from warmctl.target import parse_target
 
     if limit and not inventory_path:
         raise WarmctlError("--limit needs --inventory", kind="input")
     targets: list[Target] = []
     where: Where = {}
+    graphs: Graphs = {}
     for h in hosts:
         t = parse_target(h)
         targets.append(t)
@@ -185,8 +190,10 @@ def _targets(
                     sleeps = inst.get("sleep")
                     if sleeps is None:
                         sleeps = bool(inst.get("windows"))
-                    if str(hv.get(DEVICE_VAR, "")).lower() == "cpu":
+                    cpu = str(hv.get(DEVICE_VAR, "")).lower() == "cpu"
+                    if cpu:
                         sleeps = False
+                    graphs[t.label] = not (cpu or inst.get("enforce_eager"))
                     where[t.label] = (name, str(inst.get("name", i)), instances, bool(sleeps))
                 else:
                     where[t.label] = (name, str(t.port), None, None)
@@ -200,7 +207,7 @@ def _targets(
         if t.base_url not in seen:
             seen.add(t.base_url)
             unique.append(t)
-    return unique, where
+    return unique, where, graphs
 
 
 def _report(

@@ -160,3 +160,24 @@ def test_bad_tensor_parallel_size_is_one_line(tmp_path):
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == "warmctl bench: --tensor-parallel-size 0: expected 1 or more"
     assert not (tmp_path / "work").exists()
+
+
+def test_an_instance_keeps_its_extra_args_after_the_sites(site):
+    """What `scripts/tune_bench.py` deploys: tune's flags after the machine's own."""
+    tuned = configs.Config(
+        "U",
+        "tuned",
+        True,
+        {"cudagraph_capture_sizes": [2, 640]},
+        {
+            "extra_args": ["--num-gpu-blocks-override", "2560"],
+            "warmup_args": ["--prompt-tokens", "190,590", "--batch-sizes", "1,8"],
+        },
+    )
+    launch = tuned.launch(site, site.workdir / "t0")
+    argv = launch.spec.argv
+    assert argv[-4:] == ["--max-model-len", "2048", "--num-gpu-blocks-override", "2560"]
+    assert json.loads(argv[argv.index("--compilation-config") + 1]) == {
+        "cudagraph_capture_sizes": [2, 640]
+    }
+    assert launch.warmup_argv[-4:] == ["--prompt-tokens", "190,590", "--batch-sizes", "1,8"]

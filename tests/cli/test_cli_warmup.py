@@ -222,3 +222,23 @@ def test_warmup_stops_when_the_server_process_is_gone(monkeypatch):
     assert "the server process exited before it was ready" in result.output
     assert "Traceback" not in result.output
     assert took < 30, took
+
+
+def test_warmup_prompt_tokens_from_tune(run, vllm_double: VllmDouble) -> None:
+    """`--prompt-tokens` (what `warmctl tune` writes into warmup_args): one prompt per length,
+    after any --prompt, each sent once and then over the ramp."""
+    report = warm_json(
+        run, vllm_double.address, "--prompt", "hi", "--prompt-tokens", "100,500", "--no-chat"
+    )
+    assert report["prompts"] == 3
+    assert report["prompt_source"] == (
+        "--prompt + --prompt-tokens 100,500 (1.00 tokens/word from /tokenize)"
+    )
+    # sized with the server's tokenizer (the double's: one token a word)
+    sent = vllm_double.counters.prompts[:3]
+    assert [len(p.split()) for p in sent] == [1, 100, 500]
+    # never longer than max_model_len allows (4096 - 16 generated - 16)
+    warm_json(run, vllm_double.address, "--prompt-tokens", "9000", "--no-chat")
+    assert 4096 - 16 - 16 in [len(p.split()) for p in vllm_double.counters.prompts]
+    result = run("warmup", vllm_double.address, "--prompt-tokens", "0")
+    assert result.exit_code == 2 and "bad prompt tokens '0'" in result.stderr

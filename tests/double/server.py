@@ -2,10 +2,14 @@
 failures, so the CLI's measurements and error paths can be tested without a GPU.
 
 Routes: /health, /v1/models, /version, /metrics (Prometheus text with the
-vllm:num_requests_running/waiting gauges, vllm:engine_sleep_state and a
-vllm:time_to_first_token_seconds histogram), streaming /v1/completions and
-/v1/chat/completions (SSE), and the dev-mode routes /is_sleeping, /sleep, /wake_up,
-/collective_rpc, /reset_prefix_cache, /server_info (404 unless `dev_mode`).
+vllm:num_requests_running/waiting gauges, vllm:engine_sleep_state, a
+vllm:time_to_first_token_seconds histogram, and the traffic families `warmctl tune` reads:
+tokens per engine step, prompt/generation tokens, running/queue time, preemptions, KV usage,
+vllm:cache_config_info; `record_traffic` fills them with any shape, and every streamed
+request adds its own prompt/generation tokens and steps), streaming /v1/completions and
+/v1/chat/completions (SSE), /tokenize (a prompt's words are its tokens), and the dev-mode
+routes /is_sleeping, /sleep, /wake_up, /collective_rpc, /reset_prefix_cache, /server_info
+(404 unless `dev_mode`).
 
 Non-streamed `/v1/completions` answer greedy token ids (`return_token_ids`) and logprobs that
 depend only on the prompt; `corrupt_answers` / `logprob_drift` make a wake that went wrong.
@@ -30,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 DEV_ROUTES = {
     "/is_sleeping",
@@ -47,6 +51,24 @@ NO_CHAT_TEMPLATE = (
     "a chat template if the tokenizer does not define one."
 )
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+# vLLM's own defaults (vllm/v1/metrics/buckets.py)
+STEP_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0)
+
+
+def request_token_buckets(max_model_len: int) -> list[int]:
+    """vLLM's 1-2-5 series up to max_model_len (build_1_2_5_buckets)."""
+    out: list[int] = []
+    exponent = 0
+    while True:
+        for m in (1, 2, 5):
+            value = m * 10**exponent
+            if value > max_model_len:
+                return out
+            out.append(value)
+        exponent += 1
+
+
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)
 
 
@@ -74,9 +96,17 @@ class DoubleConfig:
     sleep_delay: float = 0.0  # time /sleep takes
     wake_delay: float = 0.0
     extra_waiting: int = 0  # added to vllm:num_requests_waiting
+    extra_running: int = 0  # added to vllm:num_requests_running
     empty_first_chunk: bool = False  # completions: a first chunk with text "" before the TTFT
     corrupt_answers: bool = False  # greedy answers change one token (a wake that went wrong)
     logprob_drift: float = 0.0  # added to every logprob of an answer (same tokens)
+    max_num_batched_tokens: int = 8192  # /server_info's scheduler_config
+    kv_usage: float = 0.0  # vllm:kv_cache_usage_perc
+    num_gpu_blocks: int = 10000  # vllm:cache_config_info
+    block_size: int = 16
+    # per-family bucket bounds (vLLM's --custom-histogram-buckets); None: vLLM's defaults
+    step_buckets: tuple[float, ...] | None = None
+    request_token_buckets: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -131,6 +161,53 @@ class VllmDouble:
             "Histogram of time to first token in seconds.",
             labels,
             buckets=TTFT_BUCKETS,
+            registry=self._registry,
+        )
+        cfg = self.config
+
+        def hist(name: str, doc: str, buckets: Any) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=self._registry)
+
+        tok = cfg.request_token_buckets or request_token_buckets(cfg.max_model_len)
+        self._steps = hist(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            cfg.step_buckets or STEP_BUCKETS,
+        )
+        self._prompt_tokens = hist(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tok
+        )
+        self._generation_tokens = hist(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", tok
+        )
+        self._inference = hist(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            LATENCY_BUCKETS,
+        )
+        self._queue = hist(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            LATENCY_BUCKETS,
+        )
+        self._e2e = hist(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            LATENCY_BUCKETS,
+        )
+        self._preemptions = Counter(
+            "vllm:num_preemptions",
+            "Cumulative number of preemption.",
+            labels,
+            registry=self._registry,
+        )
+        self._kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage.", labels, registry=self._registry
+        )
+        self._cache_info = Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            ["block_size", "num_gpu_blocks", "gpu_memory_utilization", "engine"],
             registry=self._registry,
         )
         self._sleep_gauge = Gauge(
@@ -200,13 +277,41 @@ class VllmDouble:
     def metrics_text(self) -> bytes:
         lv = (self.config.model, "0")
         with self.lock:
-            self._running.labels(*lv).set(self.counters.in_flight)
+            self._running.labels(*lv).set(self.counters.in_flight + self.config.extra_running)
             self._waiting.labels(*lv).set(self.config.extra_waiting)
+            self._kv_usage.labels(*lv).set(self.config.kv_usage)
+            self._cache_info.labels(
+                str(self.config.block_size), str(self.config.num_gpu_blocks), "0.9", "0"
+            ).set(1)
             if self.config.sleep_state_metric:
                 state = self.sleep_state()
                 for s in ("awake", "weights_offloaded", "discard_all"):
                     self._sleep_gauge.labels(*lv, s).set(1 if s == state else 0)
         return generate_latest(self._registry)
+
+    def record_traffic(
+        self,
+        prompt_tokens: list[int] | tuple[int, ...] = (),
+        generation_tokens: list[int] | tuple[int, ...] = (),
+        steps: list[int] | tuple[int, ...] = (),
+        running_s: float = 0.0,
+        queue_s: float = 0.0,
+        preemptions: int = 0,
+    ) -> None:
+        """Count requests (their prompt/generation tokens, each `running_s` running and
+        `queue_s` queued) and engine steps of the given token counts, as vLLM would."""
+        lv = (self.config.model, "0")
+        for n in prompt_tokens:
+            self._prompt_tokens.labels(*lv).observe(n)
+            self._inference.labels(*lv).observe(running_s)
+            self._queue.labels(*lv).observe(queue_s)
+            self._e2e.labels(*lv).observe(running_s + queue_s)
+        for n in generation_tokens:
+            self._generation_tokens.labels(*lv).observe(n)
+        for n in steps:
+            self._steps.labels(*lv).observe(n)
+        if preemptions:
+            self._preemptions.labels(*lv).inc(preemptions)
 
     def observe_ttft(self, seconds: float) -> None:
         self._ttft.labels(self.config.model, "0").observe(seconds)
@@ -223,7 +328,10 @@ class VllmDouble:
                 "enable_sleep_mode": cfg.sleep_mode,
             },
             "device_config": {"device": cfg.device},
-            "scheduler_config": {"max_num_seqs": cfg.max_num_seqs},
+            "scheduler_config": {
+                "max_num_seqs": cfg.max_num_seqs,
+                "max_num_batched_tokens": cfg.max_num_batched_tokens,
+            },
             "compilation_config": comp,
         }
         if text or cfg.server_info_text:
@@ -399,6 +507,21 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             self._send(200, double.server_info(text))
 
         # -- generation ---------------------------------------------------------------------
+        def tokenize(self, query: dict[str, list[str]], body: Any) -> None:
+            """Like vLLM's /tokenize; the double's tokens are the prompt's words."""
+            if not isinstance(body, dict) or body.get("model") != double.config.model:
+                self._error(400, "bad /tokenize request")
+                return
+            words = str(body.get("prompt", "")).split()
+            self._send(
+                200,
+                {
+                    "count": len(words),
+                    "max_model_len": double.config.max_model_len,
+                    "tokens": list(range(len(words))),
+                },
+            )
+
         def completions(self, query: dict[str, list[str]], body: Any) -> None:
             self._generate(body, chat=False)
 
@@ -591,6 +714,13 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
                 if finish == "length":
                     with double.lock:
                         double.counters.completed += 1
+                # like vLLM: one prefill step, then one decode step per further token
+                double.record_traffic(
+                    [prompt_tokens],
+                    [sent],
+                    [prompt_tokens] + [1] * max(0, sent - 1),
+                    running_s=time.monotonic() - start,
+                )
             except (BrokenPipeError, ConnectionResetError):
                 with double.lock:
                     double.counters.client_gone += 1
@@ -608,6 +738,7 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
         ("POST", "/reset_prefix_cache"): Handler.reset_prefix_cache,
         ("GET", "/server_info"): Handler.server_info,
         ("POST", "/v1/completions"): Handler.completions,
+        ("POST", "/tokenize"): Handler.tokenize,
         ("POST", "/v1/chat/completions"): Handler.chat,
     }
     return Handler

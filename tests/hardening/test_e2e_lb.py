@@ -227,5 +227,7 @@ def test_a_host_failing_verify_stops_the_rollout_and_stays_out(balanced: Balance
     print(f"  the deploy again, passing, --limit {first.name}: exit {again.rc}; "
           f"{balanced.states()}; changed: {'; '.join(tasks)}")  # fmt: skip
     assert again.rc == 0, again.describe()
-    assert any(t.startswith("warmctl.vllm.vllm_verify : Put the verified instances back") for t in tasks)
+    assert any(
+        t.startswith("warmctl.vllm.vllm_verify : Put the verified instances back") for t in tasks
+    )
     assert balanced.states()[first.name] == "serving"

@@ -65,3 +65,15 @@ def test_defaults_are_short_medium_long_and_bounded() -> None:
 def test_empty_prompt_option_is_an_error() -> None:
     with pytest.raises(WarmctlError, match="--prompt is empty"):
         resolve_prompts(["  "], env={})
+
+
+def test_prompt_tokens_parse_and_size() -> None:
+    from warmctl.prompts import TOKENS_PER_WORD_TYPICAL, parse_prompt_tokens, sized_prompts
+
+    assert parse_prompt_tokens("300, 600,300,900") == [300, 600, 900]
+    for bad in ("", "0", "a,b", "-5"):
+        with pytest.raises(WarmctlError, match="bad prompt tokens"):
+            parse_prompt_tokens(bad)
+    short, long = sized_prompts([10, 900])
+    assert len(short.split()) == round(10 / TOKENS_PER_WORD_TYPICAL)
+    assert len(long.split()) == round(900 / TOKENS_PER_WORD_TYPICAL)

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("verify", "Measure first-request vs steady TTFT and decode speed; PASS/FAIL."),
     "calendar": ("calendar", "Convert a cron expression to a systemd OnCalendar expression."),
     "render": ("render", "Render an instance's systemd unit, env file and timers from templates/."),
+    "tune": ("tune", "Propose capture sizes, limits, warmup and KV cache from a host's traffic."),
     "bench": ("bench", "Cold-start / restart / sleep benchmark of a rendered instance."),
 }
 

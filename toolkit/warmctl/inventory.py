@@ -32,6 +32,7 @@ VERIFY_VARS = {
 SERVICE_PORT_VAR = "vllm_service_port"  # the roles' default port of an instance
 ADDRESS_VAR = "vllm_verify_address"  # the roles' override of the address to check
 WARMCTL_VENV_VAR = "vllm_install_warmctl_venv"  # where the host's own warmctl lives
+DEVICE_VAR = "vllm_preflight_device"  # "cpu" hosts never sleep (their windows stop the unit)
 _PLUGIN_FAIL = re.compile(r"Failed to parse inventory with '(\w+)' plugin: ([^\n]+)")
 
 
@@ -91,6 +92,7 @@ def _template(loader: Any, hv: dict[str, Any]) -> dict[str, Any]:
         INSTANCES_VAR,
         SERVICE_PORT_VAR,
         WARMCTL_VENV_VAR,
+        DEVICE_VAR,
         *VERIFY_VARS,
     ):
         if key in hv:
@@ -150,6 +152,14 @@ def _verify_settings(name: str, hv: dict[str, Any]) -> dict[str, float]:
         if value > 0:
             out[key] = value
     return out
+
+
+def host_vars(path: str | Path, limit: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(inventory host name, the few variables warmctl reads, templated) per host."""
+    p = str(path)
+    if not Path(p).exists():
+        raise WarmctlError(f"inventory {p!r} not found", kind="input")
+    return _load(p, limit)
 
 
 def inventory_hosts(

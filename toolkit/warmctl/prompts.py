@@ -22,6 +22,8 @@ ENV_PROMPTS = "WARMCTL_PROMPTS"
 ENV_PREWARM = "VLLM_PREWARM_PROMPT"
 # rough upper bound of tokens per English word for the tokenizers vLLM serves
 TOKENS_PER_WORD = 1.5
+# typical tokens per word of that English text (Qwen3's tokenizer: 1.2-1.3)
+TOKENS_PER_WORD_TYPICAL = 1.25
 
 _SHORT = "Hello! In one sentence, what is a GPU?"
 _MEDIUM = (
@@ -41,6 +43,9 @@ _LONG_PARAGRAPH = (
 class PromptSet:
     prompts: list[str]
     source: str  # "--prompt", "--prompt-file PATH", "WARMCTL_PROMPTS", ..., "default"
+    # token lengths of the generated prompts at the end of `prompts` (--prompt-tokens): the
+    # warmup sizes them again with the server's own tokenizer
+    sized: tuple[int, ...] = ()
 
 
 def split_prompts(text: str, where: str) -> list[str]:
@@ -99,6 +104,34 @@ def default_prompts(max_model_len: int | None = None, max_tokens: int = 16) -> l
     if repeats * words_each > medium_words * 2:
         prompts.append(long_prompt.strip())
     return prompts
+
+
+def parse_prompt_tokens(text: str) -> list[int]:
+    """`300,600,900` -> [300, 600, 900] (each >= 1, in the order given, no repeats)."""
+    try:
+        values = [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise WarmctlError(
+            f"bad prompt tokens {text!r}: expected numbers separated by commas, e.g. 300,600",
+            kind="input",
+        ) from None
+    if not values or min(values) < 1:
+        raise WarmctlError(f"bad prompt tokens {text!r}: each must be >= 1", kind="input")
+    return list(dict.fromkeys(values))
+
+
+def sized_prompts(
+    lengths: Sequence[int], tokens_per_word: float = TOKENS_PER_WORD_TYPICAL
+) -> list[str]:
+    """One prompt of about each of `lengths` tokens (English text at `tokens_per_word`), so a
+    warmup replays the prompt lengths a host's traffic has."""
+    words = _LONG_PARAGRAPH.split()
+    out = []
+    for n in lengths:
+        want = max(1, round(n / tokens_per_word))
+        body = (words * (want // len(words) + 1))[:want]
+        out.append(" ".join(body))
+    return out
 
 
 def resolve_prompts(

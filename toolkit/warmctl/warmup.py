@@ -271,6 +271,8 @@ def warmup(
     prompt_set = prompts or resolve_prompts(
         max_model_len=report.max_model_len, max_tokens=max_tokens
     )
+    if prompt_set.sized:
+        prompt_set = fit_sized(client, report.model, prompt_set, report.max_model_len, max_tokens)
     if light:
         prompt_set = PromptSet(prompt_set.prompts[:1], prompt_set.source)
     report.prompt_source, report.prompts = prompt_set.source, len(prompt_set.prompts)
@@ -325,6 +327,47 @@ def warmup(
 
     report.total_s = time.monotonic() - started
     return report
+
+
+def tokens_per_word(client: Client, model: str) -> float | None:
+    """The server's tokenizer on the generated text (vLLM's /tokenize); None if not served."""
+    from warmctl.prompts import sized_prompts
+
+    words = 400
+    (text,) = sized_prompts([words], tokens_per_word=1.0)
+    try:
+        resp = client.request("POST", "/tokenize", json_body={"model": model, "prompt": text})
+    except WarmctlError as err:
+        if err.kind in ("not_found", "bad_request", "generic", "auth"):
+            return None
+        raise
+    assert resp is not None
+    try:
+        count = int(resp.json()["count"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return count / words if count > 0 else None
+
+
+def fit_sized(
+    client: Client,
+    model: str,
+    prompt_set: PromptSet,
+    max_model_len: int | None,
+    max_tokens: int,
+) -> PromptSet:
+    """Size the --prompt-tokens prompts with the server's own tokenizer (else at the upper
+    bound of tokens per word), each within max_model_len."""
+    from warmctl.prompts import TOKENS_PER_WORD, sized_prompts
+
+    ratio = tokens_per_word(client, model)
+    lengths = list(prompt_set.sized)
+    if max_model_len:
+        lengths = [max(1, min(n, max_model_len - max_tokens - 16)) for n in lengths]
+    resized = sized_prompts(lengths, tokens_per_word=ratio or TOKENS_PER_WORD)
+    given = prompt_set.prompts[: len(prompt_set.prompts) - len(prompt_set.sized)]
+    how = f"{ratio:.2f} tokens/word from /tokenize" if ratio else "no /tokenize: 1.5 tokens/word"
+    return PromptSet(given + resized, f"{prompt_set.source} ({how})", tuple(lengths))
 
 
 def pid_alive(pid: int) -> bool:

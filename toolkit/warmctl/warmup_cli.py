@@ -45,6 +45,12 @@ def warmup_options(fn: F) -> F:
             "blank line.",
         ),
         click.option(
+            "--prompt-tokens",
+            metavar="N,N,...",
+            help="Also warm with one generated prompt of about each of these many tokens "
+            "(the prompt lengths `warmctl tune` read from the host's traffic).",
+        ),
+        click.option(
             "--batch-sizes",
             metavar="N,N,...",
             help="Concurrency ramp. Default: the CUDA-graph capture sizes the server reports "
@@ -104,9 +110,10 @@ def warmup_kwargs(
     model: str | None,
     main_pid: int | None = None,
     wait_ready: bool = False,
+    prompt_tokens: str | None = None,
 ) -> dict[str, Any]:
     """Validate the options (a missing prompt file fails before any server is contacted)."""
-    from warmctl.prompts import resolve_prompts
+    from warmctl.prompts import PromptSet, parse_prompt_tokens, resolve_prompts, sized_prompts
     from warmctl.warmup import parse_batch_sizes
 
     kwargs: dict[str, Any] = {
@@ -121,6 +128,14 @@ def warmup_kwargs(
         kwargs["main_pid"] = main_pid
     if prompts or prompt_file:
         kwargs["prompts"] = resolve_prompts(prompts, prompt_file, max_tokens=max_tokens)
+    if prompt_tokens:
+        lengths = parse_prompt_tokens(prompt_tokens)
+        given: PromptSet | None = kwargs.get("prompts")
+        kwargs["prompts"] = PromptSet(
+            (given.prompts if given else []) + sized_prompts(lengths),
+            (given.source + " + " if given else "") + f"--prompt-tokens {prompt_tokens}",
+            tuple(lengths),
+        )
     if batch_sizes:
         kwargs["batch_sizes"] = parse_batch_sizes(batch_sizes)
     return kwargs

@@ -153,8 +153,8 @@ class Config:
         if self.compilation_config:
             inst["compilation_config"] = dict(self.compilation_config)
         inst.update(self.instance_extra)
-        if site.extra_args:
-            inst["extra_args"] = list(site.extra_args)
+        if site.extra_args or inst.get("extra_args"):
+            inst["extra_args"] = [*site.extra_args, *inst.get("extra_args", [])]
         if site.extra_env:  # the machine's env, under the configuration's own
             inst["env"] = {**site.extra_env, **inst.get("env", {})}
         return inst

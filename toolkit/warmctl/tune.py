@@ -1,0 +1,897 @@
+"""`warmctl tune`: what an instance's own traffic says its capture sizes, scheduler limits, warmup
+and KV cache should be, read from two `/metrics` scrapes (only the traffic between them counts).
+
+The data is what vLLM exports anyway: the histograms of tokens per engine step
+(`vllm:iteration_tokens_total`), prompt and generation tokens per request, the time requests
+spent running and queued, the preemption counter, the KV cache usage gauge and
+`vllm:cache_config_info`. Between the two scrapes the gauges (running, waiting, KV usage) are
+sampled, so peaks are seen too. Nothing here changes a server.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from warmctl.client import Client
+from warmctl.errors import WarmctlError
+from warmctl.metrics import Histogram
+
+STEP_TOKENS = "vllm:iteration_tokens_total"
+PROMPT_TOKENS = "vllm:request_prompt_tokens"
+GENERATION_TOKENS = "vllm:request_generation_tokens"
+INFERENCE_TIME = "vllm:request_inference_time_seconds"
+QUEUE_TIME = "vllm:request_queue_time_seconds"
+E2E_TIME = "vllm:e2e_request_latency_seconds"
+HISTOGRAMS = (STEP_TOKENS, PROMPT_TOKENS, GENERATION_TOKENS, INFERENCE_TIME, QUEUE_TIME, E2E_TIME)
+PREEMPTIONS = "vllm:num_preemptions"  # counter (sample vllm:num_preemptions_total)
+SUCCESS = "vllm:request_success"  # counter, per finished_reason
+COUNTERS = (PREEMPTIONS, SUCCESS)
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+GAUGES = (RUNNING, WAITING, KV_USAGE)
+CACHE_INFO = "vllm:cache_config_info"
+SLEEP_STATE = "vllm:engine_sleep_state"
+
+# the project's GPU default (roles/vllm_service/defaults/main.yml): what "keep" means
+DEFAULT_CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+DEFAULT_MAX_PADDING = 0.25
+# a step bucket holding fewer than this share of the window's steps is "not reached"
+MIN_STEP_SHARE = 0.001
+DEFAULT_MAX_CAPTURE = 2048
+DEFAULT_KV_HEADROOM = 1.5
+SAVE_FORMAT = "warmctl-tune-scrapes/1"
+
+
+# -- scrapes --------------------------------------------------------------------------------
+@dataclass
+class Scrape:
+    """One `/metrics` read: histograms and counters summed over label sets (engines)."""
+
+    at: float  # unix time
+    text: str
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=dict)
+    gauges: dict[str, float] = field(default_factory=dict)
+    cache_info: dict[str, str] = field(default_factory=dict)
+    sleep_metric: bool = False
+
+
+def parse_scrape(text: str, at: float, label: str = "server") -> Scrape:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = Scrape(at=at, text=text)
+    buckets: dict[str, dict[float, float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            name = family.name
+            if name in HISTOGRAMS:
+                hist = out.histograms.setdefault(name, Histogram())
+                per_le = buckets.setdefault(name, {})
+                for s in family.samples:
+                    if s.name.endswith("_bucket"):
+                        le = float(s.labels["le"])
+                        per_le[le] = per_le.get(le, 0.0) + s.value
+                    elif s.name.endswith("_count"):
+                        hist.count += s.value
+                    elif s.name.endswith("_sum"):
+                        hist.total += s.value
+            elif name in COUNTERS:
+                out.counters[name] = sum(
+                    s.value for s in family.samples if s.name == f"{name}_total"
+                )
+            elif name in GAUGES:
+                values = [s.value for s in family.samples if s.name == name]
+                if values:
+                    # KV usage of several engines: the fullest one counts
+                    out.gauges[name] = max(values) if name == KV_USAGE else sum(values)
+            elif name == CACHE_INFO:
+                for s in family.samples:
+                    out.cache_info = {k: v for k, v in s.labels.items() if k != "engine"}
+                    break
+            elif name == SLEEP_STATE:
+                out.sleep_metric = True
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise WarmctlError(
+            f"{label}: /metrics is not Prometheus text format ({exc})", kind="protocol"
+        ) from None
+    for name, per_le in buckets.items():
+        out.histograms[name].buckets = sorted(per_le.items())
+    return out
+
+
+def scrape(client: Client) -> Scrape:
+    return parse_scrape(client.metrics_text(), time.time(), client.target.label)
+
+
+def delta(end: Histogram, start: Histogram | None, what: str, label: str) -> Histogram:
+    """The observations between two reads of one histogram."""
+    if start is None or not start.buckets:
+        return end
+    if [le for le, _ in end.buckets] != [le for le, _ in start.buckets]:
+        raise WarmctlError(
+            f"{label}: {what} changed its buckets between the scrapes (a restart with other "
+            "settings?): take a new window",
+            kind="input",
+        )
+    out = Histogram(
+        buckets=[(le, e - s) for (le, e), (_, s) in zip(end.buckets, start.buckets, strict=True)],
+        count=end.count - start.count,
+        total=end.total - start.total,
+    )
+    if out.count < 0 or any(c < 0 for _, c in out.buckets):
+        raise WarmctlError(
+            f"{label}: {what} went down between the scrapes (the server restarted): "
+            "take a new window",
+            kind="input",
+        )
+    return out
+
+
+# -- what was observed ------------------------------------------------------------------------
+@dataclass
+class Sample:
+    at: float
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None
+
+
+@dataclass
+class Observation:
+    """The traffic of one instance between two scrapes."""
+
+    target: str
+    seconds: float
+    steps: Histogram
+    prompt: Histogram
+    generation: Histogram
+    inference: Histogram
+    queue: Histogram
+    e2e: Histogram
+    preemptions: float
+    # gauges sampled through the window (with --since only the last scrape: no peaks)
+    samples: list[Sample]
+    cache_info: dict[str, str]
+    sleep_metric: bool
+    # from /server_info (dev mode) when the server tells
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    capture_sizes: list[int] | None = None
+    device: str | None = None
+    sleep_mode: bool | None = None
+
+    @property
+    def requests(self) -> int:
+        return round(self.prompt.count)
+
+    @property
+    def mean_running(self) -> float | None:
+        """Little's law: time all requests spent running / the window."""
+        if self.seconds <= 0 or self.inference.count <= 0:
+            return None
+        return self.inference.total / self.seconds
+
+    @property
+    def windowed(self) -> bool:
+        """Whether the gauges were sampled through the window (not with --since)."""
+        return len(self.samples) >= 2
+
+    @property
+    def mean_in_system(self) -> float | None:
+        """Little's law over the requests' end-to-end time (arrival at the API server to the
+        last token): the concurrency the clients offered."""
+        if self.seconds <= 0:
+            return None
+        if self.e2e.count > 0:
+            return self.e2e.total / self.seconds
+        if self.inference.count > 0:
+            return (self.inference.total + self.queue.total) / self.seconds
+        return None
+
+    def peak(self, attr: str) -> float | None:
+        if not self.windowed:
+            return None
+        values = [getattr(s, attr) for s in self.samples if getattr(s, attr) is not None]
+        return max(values) if values else None
+
+    def sampled(self, attr: str, q: float) -> float | None:
+        values = sorted(getattr(s, attr) for s in self.samples if getattr(s, attr) is not None)
+        if not values or not self.windowed:
+            return None
+        return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        blocks, size = self.cache_info.get("num_gpu_blocks"), self.cache_info.get("block_size")
+        try:
+            return int(blocks) * int(size) if blocks and size else None  # type: ignore[arg-type]
+        except ValueError:
+            return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "seconds": self.seconds,
+            "requests": self.requests,
+            "preemptions": self.preemptions,
+            "mean_running": self.mean_running,
+            "mean_in_flight": self.mean_in_system,
+            "peak_running": self.peak("running"),
+            "peak_waiting": self.peak("waiting"),
+            "peak_kv_usage": self.peak("kv_usage"),
+            "samples": len(self.samples),
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "server": {
+                "max_num_seqs": self.max_num_seqs,
+                "max_num_batched_tokens": self.max_num_batched_tokens,
+                "max_model_len": self.max_model_len,
+                "cudagraph_capture_sizes": self.capture_sizes,
+                "device": self.device,
+                "sleep_mode": self.sleep_mode,
+            },
+            "histograms": {
+                "step_tokens": self.steps.to_dict(),
+                "prompt_tokens": self.prompt.to_dict(),
+                "generation_tokens": self.generation.to_dict(),
+                "inference_seconds": self.inference.to_dict(),
+                "queue_seconds": self.queue.to_dict(),
+                "e2e_seconds": self.e2e.to_dict(),
+            },
+        }
+
+
+def observe(
+    client: Client,
+    *,
+    start: Scrape | None,
+    window_s: float,
+    every_s: float = 2.0,
+    now: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    done: Callable[[], bool] | None = None,
+) -> tuple[Observation, Scrape]:
+    """Scrape (unless `start` is given), sample the gauges every `every_s` for `window_s` (or
+    until `done()` says so), scrape again; returns what happened in between and the last
+    scrape."""
+    label = client.target.label
+    samples: list[Sample] = []
+    first = start or scrape(client)
+    if start is None:
+        samples.append(_sample(first))
+        deadline = now() + window_s
+        while True:
+            left = deadline - now()
+            if left <= 0 or (done is not None and done()):
+                break
+            sleep(min(every_s, left))
+            if deadline - now() > 0:
+                samples.append(_sample(scrape(client)))
+    last = scrape(client)
+    samples.append(_sample(last))
+    missing = [n for n in (STEP_TOKENS, PROMPT_TOKENS) if n not in last.histograms]
+    if missing:
+        raise WarmctlError(
+            f"{label}: /metrics has no {' or '.join(missing)} (not a vLLM server, or a vLLM "
+            "without the V1 engine's metrics)",
+            kind="protocol",
+        )
+
+    def hist(name: str) -> Histogram:
+        end = last.histograms.get(name) or Histogram()
+        return delta(end, first.histograms.get(name), name, label)
+
+    obs = Observation(
+        target=label,
+        seconds=max(0.0, last.at - first.at),
+        steps=hist(STEP_TOKENS),
+        prompt=hist(PROMPT_TOKENS),
+        generation=hist(GENERATION_TOKENS),
+        inference=hist(INFERENCE_TIME),
+        queue=hist(QUEUE_TIME),
+        e2e=hist(E2E_TIME),
+        preemptions=max(
+            0.0, last.counters.get(PREEMPTIONS, 0.0) - first.counters.get(PREEMPTIONS, 0.0)
+        ),
+        samples=samples,
+        cache_info=last.cache_info,
+        sleep_metric=last.sleep_metric,
+    )
+    _server_facts(client, obs)
+    if obs.max_model_len is None:
+        obs.max_model_len = _served_max_model_len(client)
+    return obs, last
+
+
+def _served_max_model_len(client: Client) -> int | None:
+    """max_model_len from /v1/models (served without dev mode)."""
+    try:
+        models = client.models()
+    except WarmctlError:
+        return None
+    values = [m.get("max_model_len") for m in models]
+    return min((v for v in values if isinstance(v, int)), default=None)
+
+
+def _sample(s: Scrape) -> Sample:
+    return Sample(s.at, s.gauges.get(RUNNING), s.gauges.get(WAITING), s.gauges.get(KV_USAGE))
+
+
+def _server_facts(client: Client, obs: Observation) -> None:
+    """What `/server_info` says (dev mode); nothing when it is not served."""
+    from warmctl.client import capture_sizes_from_config, device_from_config
+
+    try:
+        info = client.server_info()
+    except WarmctlError as err:
+        if err.kind in ("dev_route", "not_found", "protocol", "bad_request", "generic", "auth"):
+            return
+        raise
+    config = info.get("vllm_config")
+    obs.device = device_from_config(config)
+    obs.capture_sizes = capture_sizes_from_config(config)
+    if isinstance(config, dict):
+        sched = config.get("scheduler_config") if isinstance(config, dict) else None
+        model = config.get("model_config")
+        if isinstance(sched, dict):
+            obs.max_num_seqs = _int(sched.get("max_num_seqs"))
+            obs.max_num_batched_tokens = _int(sched.get("max_num_batched_tokens"))
+        if isinstance(model, dict):
+            obs.max_model_len = _int(model.get("max_model_len"))
+            sleep = model.get("enable_sleep_mode")
+            obs.sleep_mode = sleep if isinstance(sleep, bool) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# -- saved scrapes (--save / --since) ---------------------------------------------------------
+def save_scrapes(path: str | Path, scrapes: dict[str, Scrape]) -> None:
+    body = {
+        "format": SAVE_FORMAT,
+        "scrapes": {url: {"at": s.at, "text": s.text} for url, s in scrapes.items()},
+    }
+    try:
+        Path(path).write_text(json.dumps(body) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise WarmctlError(f"cannot write {str(path)!r}: {exc.strerror}", kind="input") from None
+
+
+def load_scrapes(path: str | Path) -> dict[str, tuple[float, str]]:
+    """base URL -> (unix time, /metrics text) from a file `--save` wrote."""
+    where = f"scrape file {str(path)!r}"
+    try:
+        body = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise WarmctlError(f"{where} not found", kind="input") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise WarmctlError(f"{where} is unreadable: {exc}", kind="input") from None
+    if not isinstance(body, dict) or body.get("format") != SAVE_FORMAT:
+        raise WarmctlError(f"{where} was not written by `warmctl tune --save`", kind="input")
+    out: dict[str, tuple[float, str]] = {}
+    for url, item in (body.get("scrapes") or {}).items():
+        if isinstance(item, dict) and isinstance(item.get("text"), str):
+            out[str(url)] = (float(item.get("at", 0.0)), item["text"])
+    return out
+
+
+# -- proposals --------------------------------------------------------------------------------
+@dataclass
+class Choice:
+    """One proposed setting: `value` None means keep what the instance has."""
+
+    key: str  # the roles' name (compilation_config.cudagraph_capture_sizes, max_num_seqs, ...)
+    value: Any
+    now: Any
+    observed: str
+    why: str
+
+    @property
+    def keep(self) -> bool:
+        return self.value is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "value": self.value,
+            "now": self.now,
+            "keep": self.keep,
+            "observed": self.observed,
+            "why": self.why,
+        }
+
+
+@dataclass
+class Knobs:
+    max_padding: float = DEFAULT_MAX_PADDING
+    max_capture: int = DEFAULT_MAX_CAPTURE
+    kv_headroom: float = DEFAULT_KV_HEADROOM
+    sleeps: bool | None = None  # from the inventory (False: never); None: the server says
+    graphs: bool = True  # False: the inventory says the instance captures none (CPU, eager)
+
+
+@dataclass
+class Proposal:
+    target: str
+    observation: Observation
+    choices: list[Choice]
+    sleeps: bool
+
+    def choice(self, key: str) -> Choice:
+        return next(c for c in self.choices if c.key == key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "sleeps": self.sleeps,
+            "observed": self.observation.to_dict(),
+            "choices": [c.to_dict() for c in self.choices],
+        }
+
+
+CAPTURE = "compilation_config.cudagraph_capture_sizes"
+MAX_NUM_SEQS = "max_num_seqs"
+MAX_BATCHED = "max_num_batched_tokens"
+WARMUP_PROMPTS = "warmup prompt tokens"
+WARMUP_RAMP = "warmup concurrency ramp"
+KV_BLOCKS = "num_gpu_blocks_override"
+
+
+def size_grid(limit: int, max_padding: float) -> list[int]:
+    """Every capture size worth having up to `limit`: 1, 2, 4, 8, then each octave [a, 2a]
+    cut into steps of max(8, a * max_padding) rounded down to a multiple of 8. A step of n
+    tokens is then padded to at most max(n * (1 + max_padding), n + 7) tokens."""
+    grid = [s for s in (1, 2, 4, 8) if s <= limit]
+    a = 8
+    while a < limit:
+        step = max(8, 8 * int(a * max_padding // 8))
+        g = a + step
+        while g < 2 * a:
+            grid.append(g)
+            g += step
+        grid.append(2 * a)
+        a *= 2
+    return [g for g in grid if g <= limit] or [1]
+
+
+def padding_bound(n: int, max_padding: float) -> int:
+    """The largest graph a step of `n` tokens may be padded to under `size_grid`."""
+    return max(math.floor(n * (1 + max_padding)), n + 7)
+
+
+def capture_sizes(
+    steps: Histogram, max_padding: float, limit: int
+) -> tuple[list[int], list[tuple[float, float, float]], str]:
+    """(sizes, reached buckets (lo, hi, count), note). Sizes cover the buckets of tokens per step
+    that traffic reached (at least MIN_STEP_SHARE of the steps), each filled with `size_grid`;
+    nothing in a bucket no step fell in."""
+    reached: list[tuple[float, float, float]] = []
+    prev = 0.0
+    prev_cum = 0.0
+    floor = max(1.0, MIN_STEP_SHARE * steps.count)
+    for le, cum in steps.buckets:
+        count = cum - prev_cum
+        if count >= floor:
+            reached.append((prev, le, count))
+        prev, prev_cum = le, cum
+    if not reached:
+        return [], [], ""
+    top = reached[-1][1]
+    note = ""
+    if math.isinf(top):
+        note = f"steps above {prev_inf(steps):g} tokens (the histogram's last bound)"
+    cap = int(min(limit, top if not math.isinf(top) else limit))
+    grid = size_grid(cap, max_padding)
+    sizes = []
+    lower = 0
+    for g in grid:
+        if any(lo < g and hi > lower for lo, hi, _ in reached):
+            sizes.append(g)
+        lower = g
+    return sizes, reached, note
+
+
+def prev_inf(h: Histogram) -> float:
+    finite = [le for le, _ in h.buckets if not math.isinf(le)]
+    return finite[-1] if finite else 0.0
+
+
+def _pct(h: Histogram, q: float) -> float | None:
+    return h.quantile(q)
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}{unit}" if value >= 10 else f"{value:.2g}{unit}"
+
+
+def _dist(h: Histogram, unit: str = "") -> str:
+    """p50/p90/p99 as vLLM's buckets give them, with the top bucket that was reached."""
+    if h.count <= 0:
+        return "no observation"
+    parts = [f"p{int(q * 100)} {_fmt(_pct(h, q), unit)}" for q in (0.5, 0.9, 0.99)]
+    top = _top_bucket(h)
+    return ", ".join(parts) + f" (n={h.count:.0f}; top bucket {top})"
+
+
+def _top_bucket(h: Histogram) -> str:
+    prev, prev_cum = 0.0, 0.0
+    top = "-"
+    for le, cum in h.buckets:
+        if cum > prev_cum:
+            top = f"{prev:g}-{le:g}" if not math.isinf(le) else f">{prev:g}"
+        prev, prev_cum = le, cum
+    return top
+
+
+def _in_inf(h: Histogram, q: float) -> bool:
+    """Whether quantile q of h lies in the +Inf bucket (only a lower bound is known)."""
+    if h.count <= 0 or not h.buckets:
+        return False
+    finite = [(le, c) for le, c in h.buckets if not math.isinf(le)]
+    return bool(finite) and finite[-1][1] < q * h.count
+
+
+def propose(obs: Observation, knobs: Knobs) -> Proposal:
+    # sleeping needs the dev-mode routes, so the server's /server_info tells; the inventory can
+    # only say no (sleep: false, or a CPU host)
+    sleeps = obs.sleep_mode is True and knobs.sleeps is not False
+    no_traffic = obs.steps.count <= 0 or obs.prompt.count <= 0
+    choices = [
+        _capture_choice(obs, knobs, no_traffic),
+        _max_num_seqs_choice(obs, no_traffic),
+        _batched_choice(obs, no_traffic),
+        *_warmup_choices(obs, no_traffic),
+        _kv_choice(obs, knobs, sleeps, no_traffic),
+    ]
+    return Proposal(obs.target, obs, choices, sleeps)
+
+
+NO_TRAFFIC = "no traffic between the scrapes: keep"
+
+
+def _capture_choice(obs: Observation, knobs: Knobs, no_traffic: bool) -> Choice:
+    now = obs.capture_sizes
+    observed = _dist(obs.steps, " tok")
+    if no_traffic:
+        return Choice(CAPTURE, None, now, observed, NO_TRAFFIC)
+    if obs.device == "cpu" or not knobs.graphs:
+        return Choice(
+            CAPTURE, None, now, observed, "CPU host or enforce_eager: it captures no CUDA graphs"
+        )
+    limit = knobs.max_capture
+    if obs.max_num_batched_tokens:
+        limit = min(limit, obs.max_num_batched_tokens)
+    sizes, reached, note = capture_sizes(obs.steps, knobs.max_padding, limit)
+    if note and len(reached) == 1:
+        return Choice(
+            CAPTURE,
+            None,
+            now,
+            observed,
+            f"too coarse: every step is among the {note}; keep",
+        )
+    above = sum(c for lo, _, c in reached if lo >= limit)
+    if not sizes:
+        return Choice(
+            CAPTURE,
+            None,
+            now,
+            observed,
+            f"every step is above {limit} tokens (--max-capture / max_num_batched_tokens): "
+            "no graph would serve them: keep",
+        )
+    bound = f"padding at most +{knobs.max_padding:.0%} or +7 tokens"
+    why = (
+        f"{len(sizes)} sizes up to {max(sizes)} over the step buckets traffic reached "
+        f"({', '.join(f'{lo:g}-{hi:g}' for lo, hi, _ in reached)}); {bound}; "
+        f"none where no step fell (bucket holding < {MIN_STEP_SHARE:.1%} of steps)"
+    )
+    if above:
+        why += (
+            f"; {above:.0f} steps ({above / obs.steps.count:.1%}) above {limit} run without a graph"
+        )
+    if note:
+        why += f"; {note}: they run without a graph"
+    return Choice(CAPTURE, sizes, now, observed, why)
+
+
+def _max_num_seqs_choice(obs: Observation, no_traffic: bool) -> Choice:
+    now = obs.max_num_seqs
+    peak_run, peak_wait = obs.peak("running"), obs.peak("waiting")
+    mean = obs.mean_running
+    queue_p90 = _pct(obs.queue, 0.9)
+    observed = (
+        f"running peak {_fmt(peak_run)}, mean {_fmt(mean)}; waiting peak {_fmt(peak_wait)}; "
+        f"queue p90 {_fmt(queue_p90 * 1000 if queue_p90 is not None else None, ' ms')}; "
+        f"preemptions {obs.preemptions:.0f}"
+    )
+    if no_traffic:
+        return Choice(MAX_NUM_SEQS, None, now, observed, NO_TRAFFIC)
+    if now is None:
+        return Choice(
+            MAX_NUM_SEQS, None, now, observed, "the server does not tell its value (dev mode): keep"
+        )
+    kv_peak = obs.peak("kv_usage")
+    if (
+        peak_run is not None
+        and peak_run >= now
+        and (peak_wait or 0) > 0
+        and queue_p90 is not None
+        and queue_p90 > 0.05
+        and obs.preemptions == 0
+        and (kv_peak is None or kv_peak < 0.8)
+    ):
+        want = 1 << math.ceil(math.log2(peak_run + (peak_wait or 0)))
+        return Choice(
+            MAX_NUM_SEQS,
+            want,
+            now,
+            observed,
+            f"all {now} slots were busy while requests queued (p90 {queue_p90 * 1000:.0f} ms) "
+            f"and the KV cache had room (peak {_fmt((kv_peak or 0) * 100)} %)",
+        )
+    if obs.preemptions > 0:
+        return Choice(
+            MAX_NUM_SEQS,
+            None,
+            now,
+            observed,
+            f"{obs.preemptions:.0f} preemptions: the KV cache is too small for this concurrency; "
+            "give it more memory (gpu_memory_utilization) rather than more slots: keep",
+        )
+    return Choice(MAX_NUM_SEQS, None, now, observed, "no request waited for a slot: keep")
+
+
+def _batched_choice(obs: Observation, no_traffic: bool) -> Choice:
+    now = obs.max_num_batched_tokens
+    observed = "prompt " + _dist(obs.prompt, " tok")
+    if no_traffic:
+        return Choice(MAX_BATCHED, None, now, observed, NO_TRAFFIC)
+    if now is None:
+        return Choice(
+            MAX_BATCHED, None, now, observed, "the server does not tell its value (dev mode): keep"
+        )
+    if _in_inf(obs.prompt, 0.99):
+        return Choice(
+            MAX_BATCHED,
+            None,
+            now,
+            observed,
+            f"too coarse: p99 prompt is above {prev_inf(obs.prompt):g} tokens, the histogram's "
+            "last bound: keep",
+        )
+    p99 = _pct(obs.prompt, 0.99) or 0.0
+    if p99 <= now:
+        return Choice(
+            MAX_BATCHED, None, now, observed, f"p99 prompt ({p99:.0f}) prefills in one step: keep"
+        )
+    cap = obs.max_model_len or math.inf
+    want = int(min(cap, 512 * math.ceil((p99 + (obs.peak("running") or 0)) / 512)))
+    return Choice(
+        MAX_BATCHED,
+        want,
+        now,
+        observed,
+        f"p99 prompt {p99:.0f} > {now}: such prompts take several steps (chunked prefill)",
+    )
+
+
+def _warmup_choices(obs: Observation, no_traffic: bool) -> list[Choice]:
+    observed = _dist(obs.prompt, " tok")
+    if no_traffic:
+        return [
+            Choice(WARMUP_PROMPTS, None, None, observed, NO_TRAFFIC),
+            Choice(WARMUP_RAMP, None, None, "-", NO_TRAFFIC),
+        ]
+    out: list[Choice] = []
+    if _in_inf(obs.prompt, 0.5):
+        out.append(
+            Choice(
+                WARMUP_PROMPTS,
+                None,
+                None,
+                observed,
+                f"too coarse: most prompts are above {prev_inf(obs.prompt):g} tokens, "
+                "the histogram's last bound: keep the default prompts",
+            )
+        )
+    else:
+        cap = (obs.max_model_len or math.inf) - 64
+        lengths = []
+        for q in (0.1, 0.5, 0.9):
+            v = _pct(obs.prompt, q)
+            if v is not None and v >= 1:
+                n = int(max(1, min(cap, round(v / 10) * 10 or round(v))))
+                if n not in lengths:
+                    lengths.append(n)
+        note = ""
+        if _in_inf(obs.prompt, 0.9):
+            note = f"; p90 is above {prev_inf(obs.prompt):g} tokens (last bound): capped there"
+        out.append(
+            Choice(
+                WARMUP_PROMPTS,
+                lengths,
+                None,
+                observed,
+                "one prompt at each of p10, p50, p90 of the observed prompt lengths" + note,
+            )
+        )
+    out.append(_ramp_choice(obs))
+    return out
+
+
+def _ramp_choice(obs: Observation) -> Choice:
+    have = [s.running for s in obs.samples if s.running is not None] if obs.windowed else []
+    sampled = [s for s in have if s > 0]
+    cap = obs.max_num_seqs or 1024
+    if sampled:
+        points = [1.0] + [obs.sampled("running", q) or 1.0 for q in (0.5, 0.9, 1.0)]
+        observed = (
+            f"running p50 {_fmt(obs.sampled('running', 0.5))}, "
+            f"p90 {_fmt(obs.sampled('running', 0.9))}, max {_fmt(max(have))} "
+            f"({len(have)} samples)"
+        )
+        why = "1, then the sampled p50, p90 and peak of running requests"
+    else:
+        mean = obs.mean_in_system
+        if mean is None or mean <= 0:
+            return Choice(
+                WARMUP_RAMP, None, None, "no running request sampled", "nothing to size it: keep"
+            )
+        points = [1.0, mean, 2 * mean]
+        observed = f"mean in flight {_fmt(mean)} (end-to-end time / window; no samples)"
+        why = "1, the mean and twice the mean of requests in flight (not sampled: --since)"
+    ramp = sorted({int(max(1, min(cap, math.ceil(p)))) for p in points})
+    return Choice(WARMUP_RAMP, ramp, None, observed, why)
+
+
+def _kv_choice(obs: Observation, knobs: Knobs, sleeps: bool, no_traffic: bool) -> Choice:
+    capacity = obs.kv_capacity_tokens
+    block = int(obs.cache_info.get("block_size") or 0) or None
+    now = int(obs.cache_info["num_gpu_blocks"]) if capacity and block else None
+    kv_peak = obs.peak("kv_usage")
+    run_peak = obs.peak("running") or (2 * obs.mean_running if obs.mean_running else None)
+    p99_tokens = None
+    if obs.prompt.count > 0 and obs.generation.count > 0:
+        p99_tokens = (_pct(obs.prompt, 0.99) or 0) + (_pct(obs.generation, 0.99) or 0)
+    observed = (
+        f"KV usage peak {_fmt(kv_peak * 100 if kv_peak is not None else None, ' %')} of "
+        f"{_fmt(capacity)} tokens; running peak {_fmt(run_peak)}; "
+        f"p99 prompt+generation {_fmt(p99_tokens, ' tok')}"
+    )
+    if obs.device == "cpu":
+        return Choice(KV_BLOCKS, None, now, observed, "CPU server: it never sleeps: keep")
+    if not sleeps:
+        return Choice(KV_BLOCKS, None, now, observed, "the instance does not sleep: keep")
+    if no_traffic:
+        return Choice(KV_BLOCKS, None, now, observed, NO_TRAFFIC)
+    if not capacity or not block or now is None:
+        return Choice(
+            KV_BLOCKS, None, now, observed, f"/metrics has no {CACHE_INFO} with num_gpu_blocks"
+        )
+    if obs.preemptions > 0:
+        return Choice(
+            KV_BLOCKS, None, now, observed, "preemptions seen: the KV cache is not too big: keep"
+        )
+    needs = []
+    if kv_peak is not None:
+        needs.append(kv_peak * capacity)
+    if run_peak and p99_tokens and not _in_inf(obs.prompt, 0.99):
+        needs.append(run_peak * p99_tokens)
+    if not needs:
+        return Choice(KV_BLOCKS, None, now, observed, "nothing sampled to size it: keep")
+    if not obs.max_model_len:
+        return Choice(KV_BLOCKS, None, now, observed, "max_model_len unknown (vLLM's floor): keep")
+    want_tokens = max(needs) * knobs.kv_headroom
+    # vLLM refuses to start when the KV cache cannot hold one request of max_model_len
+    floor = math.ceil(obs.max_model_len / block)
+    want = max(floor, math.ceil(want_tokens / block))
+    if want >= 0.8 * now:
+        return Choice(KV_BLOCKS, None, now, observed, "the traffic uses most of it: keep")
+    why = (
+        f"{knobs.kv_headroom:g}x the larger of peak usage and peak running x p99 tokens"
+        + (
+            f", raised to one max_model_len request ({floor} blocks; vLLM refuses less)"
+            if want == floor
+            else ""
+        )
+        + f": {want / now:.1%} of today's blocks, so a wake re-maps that much KV memory"
+    )
+    return Choice(KV_BLOCKS, want, now, observed, why)
+
+
+# -- the inventory snippet ----------------------------------------------------------------------
+WARMUP_FLAGS = {WARMUP_PROMPTS: "--prompt-tokens", WARMUP_RAMP: "--batch-sizes"}
+EXTRA_FLAGS = {MAX_BATCHED: "--max-num-batched-tokens", KV_BLOCKS: "--num-gpu-blocks-override"}
+
+
+def _replace_flags(args: Sequence[str], flags: dict[str, str]) -> list[str]:
+    """`args` without the given flags (and their values), then the flags appended."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in flags:
+            skip = "=" not in a
+            continue
+        out.append(a)
+    for flag, value in flags.items():
+        out += [flag, value]
+    return out
+
+
+def instance_changes(p: Proposal, instance: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The instance's keys after the proposal (only those it changes), merged over
+    `instance` (its dict in the inventory) so lists and dicts keep what the operator had."""
+    base = instance or {}
+    out: dict[str, Any] = {}
+    cap = p.choice(CAPTURE)
+    if not cap.keep:
+        comp = dict(base.get("compilation_config") or {})
+        comp["cudagraph_capture_sizes"] = cap.value
+        out["compilation_config"] = comp
+    seqs = p.choice(MAX_NUM_SEQS)
+    if not seqs.keep:
+        out["max_num_seqs"] = seqs.value
+    extra = {
+        flag: str(p.choice(key).value)
+        for key, flag in EXTRA_FLAGS.items()
+        if not p.choice(key).keep
+    }
+    if extra:
+        out["extra_args"] = _replace_flags(list(base.get("extra_args") or []), extra)
+    warm = {
+        flag: ",".join(map(str, p.choice(key).value))
+        for key, flag in WARMUP_FLAGS.items()
+        if not p.choice(key).keep
+    }
+    if warm:
+        out["warmup_args"] = _replace_flags(list(base.get("warmup_args") or []), warm)
+    return out
+
+
+def snippet(
+    proposals: Sequence[Proposal],
+    hosts: dict[str, tuple[str, str, list[dict[str, Any]] | None, bool | None]],
+    header: str,
+) -> str:
+    """YAML for `ansible-playbook -i INVENTORY -i SNIPPET`: per inventory host, its whole
+    `vllm_service_instances` with the proposals merged into the tuned instances.
+
+    `hosts`: target label -> (inventory host, instance name, the host's instance list or None
+    for a host given on the command line: its entry then holds only the tuned keys and `port`,
+    to be merged by hand; whether it sleeps)."""
+    import yaml
+
+    out: dict[str, dict[str, Any]] = {}
+    for p in proposals:
+        host, name, instances, _ = hosts[p.target]
+        entry = out.setdefault(host, {})
+        if instances is not None:
+            current = entry.setdefault(
+                "vllm_service_instances", [dict(i) for i in instances if isinstance(i, dict)]
+            )
+            for inst in current:
+                if str(inst.get("name")) == name:
+                    inst.update(instance_changes(p, inst))
+        else:
+            current = entry.setdefault("vllm_service_instances", [])
+            port = int(name) if name.isdigit() else name
+            current.append({"name": f"port-{name}", "port": port, **instance_changes(p)})
+    # plain types: the inventory's strings are Ansible's own str subclasses
+    plain = json.loads(json.dumps({"all": {"hosts": out}}))
+    body = yaml.safe_dump(plain, sort_keys=False, default_flow_style=None)
+    return header + body

@@ -85,7 +85,10 @@ def parse_target(text: str, default_port: int = DEFAULT_PORT) -> Target:
     if not raw:
         raise _bad(text, "empty")
     if "://" in raw:
-        parts = urlsplit(raw)
+        try:
+            parts = urlsplit(raw)
+        except ValueError as exc:  # e.g. "Invalid IPv6 URL" (an unclosed '[')
+            raise _bad(text, str(exc)) from None
         if parts.scheme not in ("http", "https"):
             raise _bad(text, f"scheme {parts.scheme!r} is not http or https")
         if parts.query or parts.fragment:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz.conftest import invoke, one_line
+from tests.fuzz.conftest import budget, invoke, one_line
 from warmctl.calendar import CalendarError, to_oncalendar
 
 pytestmark = pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze")
@@ -86,7 +86,7 @@ def systemd_accepts(expr: str) -> bool:
     return proc.returncode == 0
 
 
-@settings(max_examples=300)
+@settings(max_examples=budget(300))
 @given(EXPRESSIONS)
 @example("0 0 31 2 *")  # never fires
 @example("*/0 * * * *")
@@ -105,7 +105,7 @@ def test_calendar_converts_or_says_why_in_one_line(expr: str) -> None:
         assert systemd_accepts(result), (expr, result)
 
 
-@settings(max_examples=60)
+@settings(max_examples=budget(60))
 @given(EXPRESSIONS)
 def test_warmctl_calendar_prints_results_or_one_line(expr: str) -> None:
     result = invoke("calendar", "--", expr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz.conftest import invoke, one_line
+from tests.fuzz.conftest import budget, invoke, one_line
 from warmctl.errors import WarmctlError
 from warmctl.target import parse_target
 
@@ -37,11 +37,13 @@ PIECES = st.sampled_from(
 HOSTS = st.one_of(st.text(max_size=40), st.lists(PIECES, max_size=8).map("".join))
 
 
-@settings(max_examples=400)
+@settings(max_examples=budget(400))
 @given(HOSTS)
 @example("http://[abc")  # urlsplit: "Invalid IPv6 URL" was a ValueError traceback
 @example("http://[::1")
 @example("https://[v1.x]:80")
+@example("::%@")  # ipaddress takes any zone: accepted, and its URL http://[::%@]:8000 was bad
+@example("fe80::1%eth0")
 def test_parse_target_returns_a_target_or_one_input_error(text: str) -> None:
     try:
         target = parse_target(text)
@@ -53,7 +55,7 @@ def test_parse_target_returns_a_target_or_one_input_error(text: str) -> None:
     parse_target(target.base_url)  # what it prints parses again
 
 
-@settings(max_examples=150)
+@settings(max_examples=budget(150))
 @given(text=HOSTS)
 @example(text="http://[abc")
 def test_any_host_argument_is_one_line_and_exit_2(tmp_path_factory, text: str) -> None:

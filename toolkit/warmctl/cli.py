@@ -38,8 +38,8 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         """The last-resort handler: an exception no command turned into its one line becomes
-        `warmctl: error: COMMAND: TYPE: message` and exit 2; the traceback only with --debug
-        or WARMCTL_DEBUG=1."""
+        `warmctl: error: COMMAND: internal error: TYPE: message` and exit 2; the traceback
+        only with --debug or WARMCTL_DEBUG=1."""
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
@@ -55,7 +55,8 @@ class LazyGroup(click.Group):
                 ctx.exit(exc.exit_code)
             where = ctx.invoked_subcommand or ctx.info_name or "warmctl"
             detail = " ".join(str(exc).split())[:500] or "(no message)"
-            error_line(f"{where}: unexpected {type(exc).__name__}: {detail} (--debug shows where)")
+            name = type(exc).__name__
+            error_line(f"{where}: internal error: {name}: {detail} (--debug shows where)")
             ctx.exit(2)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -70,6 +70,18 @@ class DoubleConfig:
     wake_delay: float = 0.0
     extra_waiting: int = 0  # added to vllm:num_requests_waiting
     empty_first_chunk: bool = False  # completions: a first chunk with text "" before the TTFT
+    raw: dict[str, RawReply] = field(default_factory=dict)  # path -> this answer, as is
+
+
+@dataclass(frozen=True)
+class RawReply:
+    """An answer sent as is, whatever the request (the fuzz tests' garbage): `cut` announces
+    more bytes than it sends, then closes the connection (a truncated body or SSE stream)."""
+
+    status: int = 200
+    content_type: str = "application/json"
+    body: bytes = b""
+    cut: bool = False
 
 
 @dataclass
@@ -132,7 +144,10 @@ class VllmDouble:
             registry=self._registry,
         )
         self._server = _Server((host, port), _handler(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # a short poll: stop() returns at once (the fuzz tests start one double per example)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
     @property
@@ -252,6 +267,16 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _send_raw(self, reply: RawReply) -> None:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(reply.body) + (100 if reply.cut else 0)))
+            if reply.cut:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            self.end_headers()
+            self.wfile.write(reply.body)
+
         def _error(self, code: int, message: str, kind: str = "BadRequestError") -> None:
             self._send(
                 code, {"error": {"message": message, "type": kind, "param": None, "code": code}}
@@ -274,6 +299,10 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
                 double.counters.requests.append((method, self.path))
             cfg = double.config
             body = self._body() if method == "POST" else {}
+            raw = cfg.raw.get(path)
+            if raw is not None:
+                self._send_raw(raw)
+                return
             if path in DEV_ROUTES and not cfg.dev_mode:
                 self._send(404, {"detail": "Not Found"})
                 return

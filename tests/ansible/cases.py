@@ -235,6 +235,10 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
         {"vllm_preflight_device": "tpu", "vllm_service_instances": [OK_INSTANCE]},
         'vllm_preflight_device: is the string "tpu" (one of auto, gpu, cpu)',
     ),
+    "variable_typo": (
+        {"vllm_service_instance": [OK_INSTANCE], "vllm_service_instances": [OK_INSTANCE]},
+        "vllm_service_instance: is not a variable of any role (did you mean vllm_service_instances",
+    ),
     "find_links_not_list": (
         {"vllm_install_pip_find_links": {"url": "x"}, "vllm_service_instances": [OK_INSTANCE]},
         'vllm_install_pip_find_links: is the mapping {"url": "x"} (a list)',

@@ -132,6 +132,51 @@ def variable_specs() -> dict[str, dict[str, Any]]:
     return specs
 
 
+@cache
+def internal_names() -> frozenset[str]:
+    """Variables the roles set themselves (set_fact, register, loop_var, task vars): never an
+    operator's typo."""
+    import yaml
+
+    from warmctl.render import roles_dir
+
+    names: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("set_fact", "ansible.builtin.set_fact") and isinstance(value, dict):
+                    names.update(k for k in value if k != "cacheable")
+                elif key in ("register", "loop_var") and isinstance(value, str):
+                    names.add(value)
+                elif key == "vars" and isinstance(value, dict):
+                    names.update(value)
+                visit(value)
+
+    for path in sorted(roles_dir().glob("*/tasks/*.yml")):
+        visit(yaml.safe_load(path.read_text()))
+    return frozenset(names)
+
+
+def _unknown_variables(variables: Mapping[str, Any]) -> Iterator[Problem]:
+    """A role-prefixed variable no role declares or sets: a typo the roles would ignore."""
+    from warmctl.render import roles_dir
+
+    specs = variable_specs()
+    prefixes = tuple(f"{p.name}_" for p in roles_dir().iterdir() if (p / "tasks").is_dir())
+    for name in variables:
+        if not isinstance(name, str) or not name.startswith(prefixes):
+            continue
+        if name in specs or name in internal_names() or name == DEVICE_KEY:
+            continue
+        close = difflib.get_close_matches(name, list(specs), n=1)
+        right = f"did you mean {close[0]}?" if close else "no role reads it; see docs/ROLES.md"
+        yield Problem(name, "is not a variable of any role", right)
+
+
 def _type_problem(value: Any, spec: Mapping[str, Any], path: str, secret: bool) -> Problem | None:
     """None when `value` has the spec's type (strictly: "8000" is not an int, "no" not a bool:
     the templates would use them as text, and "no" is true there)."""
@@ -473,7 +518,7 @@ def problems(variables: Mapping[str, Any], device: str | None = None) -> list[Pr
     v = {**role_defaults(), **{k: variables[k] for k in variables if k in specs}}
     if device is None and variables.get("vllm_preflight_device") in ("gpu", "cpu"):
         device = variables["vllm_preflight_device"]
-    found: list[Problem] = []
+    found: list[Problem] = list(_unknown_variables(variables))
     for name in sorted(specs):
         if name not in v:
             if specs[name].get("required"):

@@ -97,6 +97,10 @@ def _load_vars(path: Path) -> dict:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise WarmctlError(f"cannot read {path}: {exc.strerror}", kind="input") from None
+    except UnicodeDecodeError:
+        raise WarmctlError(
+            f"{path} is not UTF-8 text (a YAML file of variables)", kind="input"
+        ) from None
     except yaml.YAMLError as exc:
         raise WarmctlError(
             f"{path} is not valid YAML: {' '.join(str(exc).split())}", kind="input"

@@ -3,7 +3,8 @@
 vllm_systemd_quote / vllm_env_quote: quoting for unit files and environment files;
 vllm_oncalendar: cron or OnCalendar -> list of OnCalendar expressions (checked);
 vllm_calendar_error: '' or the reason an expression is unusable (for preflight asserts);
-vllm_instance_facts: an instance's derived facts (proxied, ports, bind, sleep), see warmctl.facts.
+vllm_instance_facts: an instance's derived facts (proxied, ports, bind, sleep), see warmctl.facts;
+vllm_validate: every problem of a host's role variables, one line each (warmctl.validate).
 
 The code is warmctl's own: in an installed collection it comes from the warmctl wheel the
 collection ships in files/ (the wheel the roles install on the hosts); in a checkout, from the
@@ -36,6 +37,7 @@ from ansible.errors import AnsibleFilterError  # noqa: E402
 from warmctl.calendar import CalendarError, calendar_error, to_oncalendar  # noqa: E402
 from warmctl.facts import instance_facts  # noqa: E402
 from warmctl.unitfile import env_quote, systemd_quote  # noqa: E402
+from warmctl.validate import validate  # noqa: E402
 
 
 def vllm_oncalendar(expr: Any) -> list[str]:
@@ -52,6 +54,11 @@ def vllm_instance_facts(instance: Any, settings: Any) -> dict[str, Any]:
         raise AnsibleFilterError(str(exc)) from None
 
 
+def vllm_validate(variables: Any, host: str, device: str | None = None) -> list[str]:
+    """`variables` (e.g. `vars`) checked as `warmctl render` checks them: one line per problem."""
+    return validate(variables, host, device)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -60,4 +67,5 @@ class FilterModule:
             "vllm_oncalendar": vllm_oncalendar,
             "vllm_calendar_error": calendar_error,
             "vllm_instance_facts": vllm_instance_facts,
+            "vllm_validate": vllm_validate,
         }

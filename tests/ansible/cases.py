@@ -122,20 +122,20 @@ OK_INSTANCE = {"name": "ok", "model": "/srv/m", "port": 8000}
 BAD: dict[str, tuple[dict[str, Any], str]] = {
     "instances_not_list": (
         {"vllm_service_instances": {"name": "x"}},
-        "'vllm_service_instances' is of type dict and we were unable to convert to list",
+        'vllm_service_instances: is the mapping {"name": "x"} (a list)',
     ),
-    "missing_model": ({"vllm_service_instances": [{"name": "x"}]}, "model"),
+    "missing_model": ({"vllm_service_instances": [{"name": "x"}]}, "[0].model: is missing"),
     "port_not_int": (
         {"vllm_service_instances": [{**OK_INSTANCE, "port": "http"}]},
-        "port",
+        'vllm_service_instances[0].port: is the string "http" (a whole number)',
     ),
     "unknown_key": (
         {"vllm_service_instances": [{**OK_INSTANCE, "max_num_seq": 4}]},
-        "max_num_seq",
+        "[0].max_num_seq: is not a known key (did you mean max_num_seqs?)",
     ),
     "sleep_level_3": (
         {"vllm_service_instances": [{**OK_INSTANCE, "windows": [{**NIGHTS, "level": 3}]}]},
-        "level",
+        "windows[0].level: is the integer 3 (one of 1, 2)",
     ),
     "unknown_cudagraph_mode": (
         {
@@ -151,17 +151,23 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
                 {**OK_INSTANCE, "compilation_config": {"cudagraph_capture_sizes": [1, -2, "x"]}}
             ]
         },
-        "cudagraph_capture_sizes a list of positive integers",
+        "cudagraph_capture_sizes must be a list of positive integers",
     ),
-    "verify_throttle_negative": ({"vllm_verify_throttle": -1}, "vllm_verify_throttle must be 0"),
-    "verify_attempts_zero": ({"vllm_verify_attempts": 0}, "vllm_verify_attempts must be 1"),
+    "verify_throttle_negative": (
+        {"vllm_verify_throttle": -1},
+        "vllm_verify_throttle: is -1 (0 (every host at once)",
+    ),
+    "verify_attempts_zero": (
+        {"vllm_verify_attempts": 0},
+        "vllm_verify_attempts: is 0 (1 (measure once) or more)",
+    ),
     "port_clash": (
         {"vllm_service_instances": [OK_INSTANCE, {**OK_INSTANCE, "name": "other"}]},
-        "share a name or a port",
+        "[1].port: 8000 is used twice",
     ),
     "duplicate_names": (
         {"vllm_service_instances": [OK_INSTANCE, {**OK_INSTANCE, "port": 8001}]},
-        "share a name or a port",
+        '[1].name: "ok" is used twice',
     ),
     "malformed_cron": (
         {
@@ -181,15 +187,15 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "bad_instance_name": (
         {"vllm_service_instances": [{**OK_INSTANCE, "name": "Qwen Chat"}]},
-        "use lowercase letters, digits and dashes",
+        "lowercase letters, digits and dashes",
     ),
     "gpu_memory_over_1": (
         {"vllm_service_instances": [{**OK_INSTANCE, "gpu_memory_utilization": 1.5}]},
-        "gpu_memory_utilization must be in (0, 1], got 1.5",
+        "gpu_memory_utilization: is 1.5 (in (0, 1]",
     ),
     "port_out_of_range": (
         {"vllm_service_instances": [{**OK_INSTANCE, "port": 70000}]},
-        "port must be 1-65535, got 70000",
+        "port: is 70000 (1-65535)",
     ),
     "tp_vs_gpus": (
         {"vllm_service_instances": [{**OK_INSTANCE, "gpus": [0, 1], "tensor_parallel_size": 4}]},
@@ -218,7 +224,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "duplicate_windows": (
         {"vllm_service_instances": [{**OK_INSTANCE, "windows": [NIGHTS, NIGHTS]}]},
-        "window names must be unique",
+        "window names are unique per instance",
     ),
     "window_missing_wake": (
         {
@@ -226,11 +232,11 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
                 {**OK_INSTANCE, "windows": [{"name": "w", "sleep": "0 1 * * *"}]}
             ]
         },
-        "wake",
+        "windows[0].wake: is missing",
     ),
     "cpus_malformed": (
         {"vllm_service_instances": [{**OK_INSTANCE, "cpus": "0-3; rm -rf /"}]},
-        'cpus must be a core list such as "0-15"',
+        'cpus: is the string "0-3; rm -rf /" (a core list such as "0-15"',
     ),
     "cpu_two_without_cores": (
         {
@@ -241,14 +247,18 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
                 {**OK_INSTANCE, "name": "c", "port": 8002},
             ],
         },
-        "3 vLLM instances on a CPU host need their own cores: set cpus",
+        "[1].cpus: is missing (3 vLLM instances on a CPU host need their own cores: set cpus",
     ),
     "device_choice": (
         {"vllm_preflight_device": "tpu", "vllm_service_instances": [OK_INSTANCE]},
-        "vllm_preflight_device",
+        'vllm_preflight_device: is the string "tpu" (one of auto, gpu, cpu)',
+    ),
+    "variable_typo": (
+        {"vllm_service_instance": [OK_INSTANCE], "vllm_service_instances": [OK_INSTANCE]},
+        "vllm_service_instance: is not a variable of any role (did you mean vllm_service_instances",
     ),
     "find_links_not_list": (
         {"vllm_install_pip_find_links": {"url": "x"}, "vllm_service_instances": [OK_INSTANCE]},
-        "vllm_install_pip_find_links",
+        'vllm_install_pip_find_links: is the mapping {"url": "x"} (a list)',
     ),
 }

@@ -58,6 +58,11 @@ def run_playbook(playbook: str, inventory: Path, **env: str) -> subprocess.Compl
     )
 
 
+def problem_lines(stdout: str, host: str) -> list[str]:
+    """The lines preflight printed for `host`: "host: variable.path: what (right)", one each."""
+    return [line.strip() for line in stdout.splitlines() if line.strip().startswith(f"{host}: ")]
+
+
 def stub_paths(root: Path) -> dict[str, str]:
     """Role path variables pointing into `root`, with executable stubs where units exec."""
     venv, warmctl, home = root / "opt/vllm/venv", root / "opt/warmctl", root / "home"

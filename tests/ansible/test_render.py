@@ -208,7 +208,7 @@ def test_two_instances_on_one_host():
 
 
 def test_render_rejects_bad_input():
-    with pytest.raises(RenderError, match="'model' is required"):
+    with pytest.raises(RenderError, match=r"\[0\]\.model: is missing \(An absolute path"):
         render_instance({"name": "x"})
     with pytest.raises(RenderError, match="hour value 25"):
         render_instance(

@@ -82,8 +82,12 @@ def test_errors_are_one_line(tmp_path):
         )
     )
     cases["bad cron"] = [str(cron)]
+    binary = tmp_path / "binary.yml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")  # was a UnicodeDecodeError (the last resort)
+    cases["binary"] = [str(binary)]
     for name, args in cases.items():
         result = runner.invoke(command, args)
         assert result.exit_code == 2, name
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("warmctl: error: "), (name, result.output)
+        assert "internal error" not in lines[0], (name, lines[0])

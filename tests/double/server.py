@@ -107,6 +107,18 @@ class DoubleConfig:
     # per-family bucket bounds (vLLM's --custom-histogram-buckets); None: vLLM's defaults
     step_buckets: tuple[float, ...] | None = None
     request_token_buckets: tuple[float, ...] | None = None
+    raw: dict[str, RawReply] = field(default_factory=dict)  # path -> this answer, as is
+
+
+@dataclass(frozen=True)
+class RawReply:
+    """An answer sent as is, whatever the request (the fuzz tests' garbage): `cut` announces
+    more bytes than it sends, then closes the connection (a truncated body or SSE stream)."""
+
+    status: int = 200
+    content_type: str = "application/json"
+    body: bytes = b""
+    cut: bool = False
 
 
 @dataclass
@@ -134,6 +146,14 @@ class Counters:
 class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # like uvicorn's backlog: a burst of connections queues, not resets
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer is no error of the double's (no traceback on
+        stderr, where the CLI tests look for the CLI's own)."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 class VllmDouble:
@@ -217,7 +237,10 @@ class VllmDouble:
             registry=self._registry,
         )
         self._server = _Server((host, port), _handler(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # a short poll: stop() returns at once (the fuzz tests start one double per example)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._sockets: set[socket.socket] = set()  # open client connections
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -384,6 +407,16 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _send_raw(self, reply: RawReply) -> None:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(reply.body) + (100 if reply.cut else 0)))
+            if reply.cut:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            self.end_headers()
+            self.wfile.write(reply.body)
+
         def _error(self, code: int, message: str, kind: str = "BadRequestError") -> None:
             self._send(
                 code, {"error": {"message": message, "type": kind, "param": None, "code": code}}
@@ -406,6 +439,10 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
                 double.counters.requests.append((method, self.path))
             cfg = double.config
             body = self._body() if method == "POST" else {}
+            raw = cfg.raw.get(path)
+            if raw is not None:
+                self._send_raw(raw)
+                return
             if path in DEV_ROUTES and not cfg.dev_mode:
                 self._send(404, {"detail": "Not Found"})
                 return

@@ -32,6 +32,7 @@ MACROS: dict[str, str] = {
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 SYSTEMD_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # ISO 1..7
+PRINTABLE = re.compile(r"^[\x20-\x7e]+$")  # cron and OnCalendar are ASCII
 SEARCH_DAYS = 366 * 8  # every cron expression that can fire at all fires within 8 years
 
 
@@ -208,8 +209,9 @@ def check_oncalendar(expr: str) -> str | None:
     if tool is None:
         return None
     proc = subprocess.run(
-        [tool, "calendar", "--iterations=1", expr], capture_output=True, text=True, check=False
-    )
+        [tool, "calendar", "--iterations=1", "--", expr],
+        capture_output=True, text=True, errors="replace", check=False,
+    )  # fmt: skip
     if proc.returncode != 0:
         reason = (proc.stderr.strip().splitlines() or ["rejected"])[-1]
         raise CalendarError(f"OnCalendar {expr!r}: {reason}")
@@ -222,6 +224,8 @@ def to_oncalendar(expr: str, check: bool = True) -> list[str]:
     if not isinstance(expr, str) or not expr.strip():
         raise CalendarError(f"calendar expression {expr!r}: empty or not a string")
     text = " ".join(expr.split())
+    if not PRINTABLE.match(text):
+        raise CalendarError(f"calendar expression {expr!r}: only printable ASCII can be a time")
     results = cron_to_oncalendar(parse_cron(text)) if is_cron(text) else [text]
     if check:
         for result in results:
@@ -257,8 +261,9 @@ def _next_systemd(expr: str) -> dt.datetime:
     if tool is None:
         raise CalendarError(f"OnCalendar {expr!r}: systemd-analyze is needed to evaluate it")
     proc = subprocess.run(
-        [tool, "calendar", "--iterations=1", expr], capture_output=True, text=True, check=False
-    )
+        [tool, "calendar", "--iterations=1", "--", expr],
+        capture_output=True, text=True, errors="replace", check=False,
+    )  # fmt: skip
     if proc.returncode != 0:
         reason = (proc.stderr.strip().splitlines() or ["rejected"])[-1]
         raise CalendarError(f"OnCalendar {expr!r}: {reason}")

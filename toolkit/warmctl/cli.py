@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 
 import click
 
@@ -36,11 +37,38 @@ class LazyGroup(click.Group):
         module = importlib.import_module(f"warmctl.commands.{entry[0]}")
         return module.command
 
+    def invoke(self, ctx: click.Context) -> object:
+        """The last-resort handler: an exception no command turned into its one line becomes
+        `warmctl: error: COMMAND: internal error: TYPE: message` and exit 2; the traceback
+        only with --debug or WARMCTL_DEBUG=1."""
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            if _debug(ctx):
+                raise
+            from warmctl.errors import WarmctlError
+            from warmctl.output import error_line
+
+            if isinstance(exc, WarmctlError):
+                error_line(exc.message)
+                ctx.exit(exc.exit_code)
+            where = ctx.invoked_subcommand or ctx.info_name or "warmctl"
+            detail = " ".join(str(exc).split())[:500] or "(no message)"
+            name = type(exc).__name__
+            error_line(f"{where}: internal error: {name}: {detail} (--debug shows where)")
+            ctx.exit(2)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(n, COMMANDS[n][1]) for n in self.list_commands(ctx)]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+def _debug(ctx: click.Context) -> bool:
+    return bool(ctx.params.get("debug")) or os.environ.get("WARMCTL_DEBUG", "") not in ("", "0")
 
 
 def _module_exists(mod: str) -> bool:
@@ -49,7 +77,12 @@ def _module_exists(mod: str) -> bool:
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="warmctl")
-def cli() -> None:
+@click.option(
+    "--debug",
+    is_flag=True,
+    help="Show the Python traceback of an unexpected error (also WARMCTL_DEBUG=1).",
+)
+def cli(debug: bool) -> None:
     """Deploy, warm, sleep, wake and verify vLLM servers.
 
     HOST is HOST[:PORT] (default port 8000), [IPv6]:PORT, or a URL such as
@@ -59,6 +92,7 @@ def cli() -> None:
     Exit status: 0 success; 1 verify found a host failing or asleep; 2 error (unreachable,
     HTTP failure, bad input), reported as one line on stderr.
     """
+    del debug  # read by LazyGroup.invoke
 
 
 def main() -> None:

@@ -104,8 +104,12 @@ GATE_OUT_OF_ROTATION = (
 
 def error_detail(resp: requests.Response) -> str:
     """The server's own error message (vLLM: {"error": {"message"}} or FastAPI {"detail"})."""
+    try:  # a streamed answer's body is read here: the server may cut it
+        text = resp.text
+    except requests.RequestException:
+        text = ""
     try:
-        body = resp.json()
+        body = json.loads(text)
     except ValueError:
         body = None
     msg: Any = None
@@ -117,7 +121,7 @@ def error_detail(resp: requests.Response) -> str:
             msg = err
         msg = msg or body.get("message") or body.get("detail")
     if msg is None:
-        msg = resp.text or resp.reason or ""
+        msg = text or resp.reason or ""
     return " ".join(str(msg).split())[:300]
 
 
@@ -304,7 +308,8 @@ class Client:
                 f"{self.target.label}: /v1/models has no 'data' list: is this a vLLM server?",
                 kind="protocol",
             )
-        return [m for m in data if isinstance(m, dict) and m.get("id")]
+        return [_model(m) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)
+                and m["id"]]  # fmt: skip
 
     def version(self) -> str | None:
         resp = self.request("GET", "/version", ok_404=True)
@@ -329,9 +334,13 @@ class Client:
         body = self.get_json("/is_sleeping")
         if not isinstance(body, dict) or "is_sleeping" not in body:
             raise WarmctlError(
-                f"{self.target.label}: /is_sleeping answered {body!r}", kind="protocol"
+                f"{self.target.label}: /is_sleeping answered {str(body)[:120]!r}", kind="protocol"
             )
-        return bool(body["is_sleeping"])
+        if not isinstance(body["is_sleeping"], bool):
+            raise WarmctlError(
+                f"{self.target.label}: /is_sleeping answered {str(body)[:120]!r}", kind="protocol"
+            )
+        return body["is_sleeping"]
 
     def sleep(self, level: int = 1, timeout: float | None = None) -> None:
         self.request("POST", "/sleep", params={"level": str(level)}, timeout=timeout)
@@ -362,7 +371,7 @@ class Client:
         body = self.get_json("/server_info", params={"config_format": "json"})
         if not isinstance(body, dict):
             raise WarmctlError(
-                f"{self.target.label}: /server_info answered {body!r}", kind="protocol"
+                f"{self.target.label}: /server_info answered {str(body)[:120]!r}", kind="protocol"
             )
         return body
 
@@ -438,6 +447,18 @@ def _short_reason(err: WarmctlError | None) -> str:
     return {"refused": "connection refused", "timeout": "no answer"}.get(err.kind, err.kind)
 
 
+def _model(entry: dict[str, Any]) -> dict[str, Any]:
+    """A /v1/models entry with `max_model_len` a positive int or None (a server's JSON is
+    input: wrong types end here, not in a later computation)."""
+    mml = entry.get("max_model_len")
+    return {**entry, "max_model_len": mml if _count(mml) else None}
+
+
+def _count(value: Any) -> bool:
+    """A positive int (not a bool) of sane size."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31
+
+
 def capture_sizes_from_config(config: Any) -> list[int] | None:
     """`compilation_config.cudagraph_capture_sizes` from a vllm_config dict or its str()."""
     if isinstance(config, dict):
@@ -449,7 +470,7 @@ def capture_sizes_from_config(config: Any) -> list[int] | None:
                 return capture_sizes_from_config(comp)
         if isinstance(comp, dict):
             sizes = comp.get("cudagraph_capture_sizes")
-            if isinstance(sizes, list) and all(isinstance(s, int) for s in sizes):
+            if isinstance(sizes, list) and all(_count(s) for s in sizes):
                 return sorted(set(sizes)) or None
         return None
     if isinstance(config, str):

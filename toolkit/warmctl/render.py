@@ -146,17 +146,33 @@ def host_variables(host: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return _resolve(variables)
 
 
+class InvalidVariables(RenderError):
+    """Variables `warmctl.validate` refuses: `lines` holds one line per problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+def check_variables(variables: Mapping[str, Any], label: str) -> None:
+    """Raise InvalidVariables unless `variables` pass `warmctl.validate` (as preflight's)."""
+    from warmctl.validate import validate
+
+    lines = validate(variables, label)
+    if lines:
+        raise InvalidVariables(lines)
+
+
 def render_instance(
-    instance: Mapping[str, Any], host: Mapping[str, Any] | None = None
+    instance: Mapping[str, Any], host: Mapping[str, Any] | None = None, label: str = "render"
 ) -> RenderedInstance:
-    """Render every file of one instance (an item of `vllm_service_instances`)."""
-    if not isinstance(instance, Mapping):
-        raise RenderError(f"an instance must be a mapping, got {type(instance).__name__}")
-    for key in ("name", "model"):
-        if not isinstance(instance.get(key), str) or not instance[key]:
-            raise RenderError(f"instance {instance.get('name', '?')!r}: '{key}' is required")
+    """Render every file of one instance (an item of `vllm_service_instances`); the variables
+    are validated first (`label` starts each problem line), so bad input is never a template
+    error."""
+    base = host_variables(host)
+    check_variables({**base, "vllm_service_instances": [instance]}, label)
     name = instance["name"]
-    variables = _combine(host_variables(host), {"vllm_instance": dict(instance)})
+    variables = _combine(base, {"vllm_instance": dict(instance)})
     unit_dir = variables["vllm_service_unit_dir"]
     config_dir = variables["vllm_service_config_dir"]
 

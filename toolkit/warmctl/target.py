@@ -15,6 +15,7 @@ DEFAULT_PORT = 8000
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_-]{1,63})*\.?$"
 )
+_ZONE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")  # an interface name (IFNAMSIZ)
 
 
 @dataclass(frozen=True)
@@ -55,13 +56,25 @@ def _bad(text: str, why: str) -> WarmctlError:
     )
 
 
+def _address(text: str, host: str, version: int | None = None) -> str | None:
+    """`host` as a normalized IP address, None if it is not one; an IPv6 zone must be an
+    interface name (ipaddress takes any text after '%', e.g. "::%@", which no URL holds)."""
+    try:
+        address = ipaddress.IPv6Address(host) if version == 6 else ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    zone = getattr(address, "scope_id", None)
+    if zone is not None and not _ZONE.match(zone):
+        raise _bad(text, f"IPv6 zone {zone!r} is not an interface name")
+    return str(address)
+
+
 def _check_host(text: str, host: str) -> str:
     if not host:
         raise _bad(text, "empty host")
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        pass
+    address = _address(text, host)
+    if address is not None:
+        return address
     if not _HOSTNAME.match(host):
         raise _bad(text, f"{host!r} is not a host name or IP address")
     return host.rstrip(".").lower() if host != "." else host
@@ -85,7 +98,10 @@ def parse_target(text: str, default_port: int = DEFAULT_PORT) -> Target:
     if not raw:
         raise _bad(text, "empty")
     if "://" in raw:
-        parts = urlsplit(raw)
+        try:
+            parts = urlsplit(raw)
+        except ValueError as exc:  # e.g. "Invalid IPv6 URL" (an unclosed '[')
+            raise _bad(text, str(exc)) from None
         if parts.scheme not in ("http", "https"):
             raise _bad(text, f"scheme {parts.scheme!r} is not http or https")
         if parts.query or parts.fragment:
@@ -107,20 +123,15 @@ def parse_target(text: str, default_port: int = DEFAULT_PORT) -> Target:
         rest = raw[end + 1 :]
         if rest and not rest.startswith(":"):
             raise _bad(text, f"unexpected {rest!r} after ']'")
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise _bad(text, f"{host!r} is not an IPv6 address") from None
-        return Target(
-            "http",
-            str(ipaddress.ip_address(host)),
-            _check_port(text, rest[1:] or None, default_port),
-        )
+        address = _address(text, host, 6)
+        if address is None:
+            raise _bad(text, f"{host!r} is not an IPv6 address")
+        return Target("http", address, _check_port(text, rest[1:] or None, default_port))
     if raw.count(":") > 1:
-        try:
-            return Target("http", str(ipaddress.IPv6Address(raw)), default_port)
-        except ValueError:
-            raise _bad(text, "too many ':' (write IPv6 as [addr]:port)") from None
+        address = _address(text, raw, 6)
+        if address is None:
+            raise _bad(text, "too many ':' (write IPv6 as [addr]:port)")
+        return Target("http", address, default_port)
     host, sep, port_text = raw.partition(":")
     if sep and not port_text:
         raise _bad(text, "missing port after ':'")

@@ -205,8 +205,8 @@ def command(
             return
         if not model:
             raise WarmctlError("--model is required (a model folder or id)", kind="input")
-        doc = run(
-            model=model,
+        doc = run(  # a local folder as the unit would name it: an absolute path
+            model=str(Path(model).resolve()) if Path(model).exists() else model,
             python=python,
             plan=plan,
             device=device,

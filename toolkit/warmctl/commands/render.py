@@ -37,14 +37,26 @@ def command(
         import json
 
         from warmctl.errors import WarmctlError
-        from warmctl.render import render_instance
+        from warmctl.output import error_line
+        from warmctl.render import (
+            InvalidVariables,
+            check_variables,
+            host_variables,
+            render_instance,
+        )
 
         host = _load_vars(vars_file)
         if device:
             host["vllm_preflight_device_kind"] = device
-        instances = host.pop("vllm_service_instances", None)
-        if not isinstance(instances, list) or not instances:
+        if not host.get("vllm_service_instances"):
             raise WarmctlError(f"{vars_file}: no vllm_service_instances list", kind="input")
+        try:  # every problem, one line each, before anything is rendered
+            check_variables(host_variables(host), str(vars_file))
+        except InvalidVariables as err:
+            for line in err.lines:
+                error_line(line)
+            return 2
+        instances = host.pop("vllm_service_instances")
         known = [i.get("name") for i in instances if isinstance(i, dict)]
         unknown = sorted(set(names) - set(known))
         if unknown:
@@ -55,7 +67,7 @@ def command(
         chosen = [
             i for i in instances if not names or (isinstance(i, dict) and i.get("name") in names)
         ]
-        rendered = [render_instance(i, host) for i in chosen]
+        rendered = [render_instance(i, host, str(vars_file)) for i in chosen]
         if as_json:
             click.echo(json.dumps([_as_dict(r) for r in rendered], indent=2))
         elif out is not None:
@@ -85,6 +97,10 @@ def _load_vars(path: Path) -> dict:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise WarmctlError(f"cannot read {path}: {exc.strerror}", kind="input") from None
+    except UnicodeDecodeError:
+        raise WarmctlError(
+            f"{path} is not UTF-8 text (a YAML file of variables)", kind="input"
+        ) from None
     except yaml.YAMLError as exc:
         raise WarmctlError(
             f"{path} is not valid YAML: {' '.join(str(exc).split())}", kind="input"

@@ -53,7 +53,10 @@ def on_host(fleet: Fleet, host: Host, *args: str, timeout: float = 600):
 
 
 @pytest.fixture(scope="module")
-def monitored(lab: Lab, deployed: PlayRun, base_inventory: Path) -> Iterator[Path]:
+def monitored(lab: Lab, first_deploy: PlayRun, base_inventory: Path) -> Iterator[Path]:
+    # module scope: the session's first deploy (the function-scoped `deployed` checks the same)
+    if first_deploy.rc != 0:
+        pytest.fail(f"the first deploy failed, see check 1: {first_deploy.log}")
     inventory = lab.inventory(
         "inventory-monitoring", group_vars={"vllm_service_textfile_dir": TEXTFILE_DIR}
     )

@@ -59,6 +59,18 @@ def host_options(*, inventory: bool = False) -> Callable[[F], F]:
     return deco
 
 
+def drain_timeout_option(past_it: str) -> Callable[[F], F]:
+    """--drain-timeout of the commands that drain (sleep, drain); `past_it`: what happens then."""
+    return click.option(
+        "--drain-timeout",
+        type=click.FloatRange(min=0),
+        default=60.0,
+        show_default=True,
+        metavar="S",
+        help=f"Seconds to wait for in-flight requests to finish; past it, {past_it}",
+    )
+
+
 def textfile_options(fn: F) -> F:
     """--textfile-dir and --instance: the Prometheus textfile of each instance."""
     opts = [

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.options import (
+    drain_timeout_option,
+    guard,
+    host_options,
+    per_host,
+    resolve_targets,
+)
 from warmctl.target import Target
 
 
@@ -20,15 +26,7 @@ from warmctl.target import Target
     "a load balancer moves on. It is left in place: remove it once the instance is back "
     "(a deploy does, after warmctl verify passed).",
 )
-@click.option(
-    "--drain-timeout",
-    type=click.FloatRange(min=0),
-    default=60.0,
-    show_default=True,
-    metavar="S",
-    help="Seconds to wait for in-flight requests to finish; past it, exit 1 (the gate stays "
-    "closed: a restart now cuts what is still running).",
-)
+@drain_timeout_option("exit 1 (the gate stays closed: a restart now cuts what is still running).")
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,

@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 
 from warmctl.errors import WarmctlError
-from warmctl.options import guard, host_options, per_host, resolve_targets, textfile_options
+from warmctl.options import (
+    drain_timeout_option,
+    guard,
+    host_options,
+    per_host,
+    resolve_targets,
+    textfile_options,
+)
 from warmctl.target import Target
 
 
@@ -22,15 +29,7 @@ from warmctl.target import Target
     help="1: weights to CPU memory, KV cache dropped. 2: weights and KV cache dropped "
     "(wake reloads the weights from disk).",
 )
-@click.option(
-    "--drain-timeout",
-    type=click.FloatRange(min=0),
-    default=60.0,
-    show_default=True,
-    metavar="S",
-    help="Seconds to wait for in-flight requests to finish; past it, the server is NOT put "
-    "to sleep.",
-)
+@drain_timeout_option("the server is NOT put to sleep.")
 @click.option(
     "--gate",
     "gate_path",

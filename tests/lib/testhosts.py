@@ -184,7 +184,11 @@ class Fleet:
 
 MODEL_HOST_DIR = "/srv/models"
 DEFAULT_PORT = 8000
-VERIFY_MAX_RATIO = 10.0
+# first/steady TTFT bound of the CPU test hosts: their tiny model's steady TTFT is ~11 ms, and a
+# first request after a few idle seconds on the shared 2 cores measured 10.7-17.4x of it in one
+# CI-like run (3 attempts of wt2: 124-190 ms vs 11.5 ms), so 10x failed warm hosts on noise;
+# the absolute bound on the first request (1 s) is what tells a cold host here
+VERIFY_MAX_RATIO = 20.0
 
 
 def quiet_window(now: datetime.datetime | None = None, *, in_hours: int = 6) -> dict[str, Any]:

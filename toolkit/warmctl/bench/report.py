@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from warmctl.bench.bytecode import describe
+from warmctl.bench.starts import starts
 from warmctl.bench.targets import evaluate
 
 
@@ -46,7 +47,7 @@ def starts_table(doc: dict[str, Any]) -> Table:
         "JIT@serve",
     ):
         t.add_column(col, justify="left" if col == "start" else "right")
-    for s in doc.get("steps", []):
+    for s in starts(doc):
         if "skipped" in s:
             t.add_row(s["name"], "skipped", *[""] * 13)
             continue
@@ -75,7 +76,7 @@ def starts_table(doc: dict[str, Any]) -> Table:
 
 
 def phases_table(doc: dict[str, Any]) -> Table:
-    steps = [s for s in _ok(doc.get("steps", [])) if s.get("startup")]
+    steps = [s for s in _ok(starts(doc)) if s.get("startup")]
     t = Table(title="Startup phases (s, from the log as it streamed)", title_justify="left")
     t.add_column("phase")
     for s in steps:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +28,7 @@ from warmctl.bench.api import Api
 from warmctl.bench.configs import Config, Launch, Site
 from warmctl.bench.inventory import cache_bytes
 from warmctl.bench.logphases import parse_startup, serve_jit_events, server_errors
-from warmctl.bench.process import ServerProcess, session_pids
+from warmctl.bench.process import ServerProcess, StampedLine, session_pids
 from warmctl.bench.sleepcycle import cycle
 from warmctl.errors import WarmctlError
 
@@ -36,10 +38,16 @@ class Step:
     config: Config
     sleep: bool  # run the sleep / wake cycles after the request measurements
     load: bool = False  # then sleep and wake under streaming load (loadsleep)
+    relaunch: bool = False  # first: relaunch under the launcher (SIGHUP) and measure it again
 
     @property
     def label(self) -> str:
-        return self.config.key + ("+sleep" if self.sleep else "") + ("+load" if self.load else "")
+        flags = [
+            f
+            for f, on in (("relaunch", self.relaunch), ("sleep", self.sleep), ("load", self.load))
+            if on
+        ]
+        return "+".join([self.config.key, *flags])
 
 
 @dataclass(frozen=True)
@@ -65,15 +73,17 @@ def parse_plan(text: str, configs: dict[str, Config]) -> list[Step]:
         key, *flags = item.split("+")
         if (
             key not in configs
-            or not set(flags) <= {"sleep", "load"}
+            or not set(flags) <= {"sleep", "load", "relaunch"}
             or len(set(flags)) < len(flags)
+            or ("relaunch" in flags and not configs[key].launcher)
         ):
             raise WarmctlError(
                 f"bad plan item {item!r}: expected one of {', '.join(configs)} "
-                "optionally followed by +sleep and/or +load (e.g. A,B,B+sleep+load,W)",
+                "optionally followed by +sleep, +load, and +relaunch for a launcher "
+                "configuration (e.g. A,B,B+sleep+load,L+relaunch)",
                 kind="input",
             )
-        steps.append(Step(configs[key], "sleep" in flags, "load" in flags))
+        steps.append(Step(configs[key], "sleep" in flags, "load" in flags, "relaunch" in flags))
     if not steps:
         raise WarmctlError("the plan is empty", kind="input")
     return steps
@@ -209,6 +219,8 @@ class Runner:
             pids = session_pids(server.pid)
             serving = gpumem.read(pids)
             rec["gpu_serving"] = dataclasses.asdict(serving) if serving else None
+            if step.relaunch:
+                rec["relaunch"] = self._relaunch(launch, api, counter, server, name)
             if step.sleep:
                 rec["sleep"] = self._sleep_cycles(launch, api, counter, server, rec)
             if step.load:
@@ -253,6 +265,48 @@ class Runner:
             last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["?"]
             raise WarmctlError(f"the unit's warmup exited {proc.returncode}: {last[0][:300]}")
         return {"seconds": round(took, 3), "output": proc.stdout.strip().splitlines()[-20:]}
+
+    def _relaunch(
+        self,
+        launch: Launch,
+        api: Api,
+        counter: measure.Counter,
+        server: ServerProcess,
+        name: str,
+    ) -> dict[str, Any]:
+        """SIGHUP the launcher: the server is replaced by one forked from the already imported
+        interpreter. Measured like a start, from the signal: ready, warm (the unit's warmup
+        again, as a reload would run it), phases, first request and burst."""
+        k = self.knobs
+        mark = server.elapsed()
+        generation = _launcher_generation(server.lines())
+        server.signal(signal.SIGHUP)
+        deadline = time.monotonic() + min(k.start_timeout_s, self._left())
+        while _launcher_generation(server.lines()) <= generation:
+            if time.monotonic() > deadline or not server.running():
+                raise WarmctlError(f"the launcher did not relaunch: {server.tail(1)[:300]}")
+            time.sleep(0.02)
+        stopped = server.elapsed() - mark
+        ready = server.wait_ready(api.ready, max(30.0, deadline - time.monotonic())) - mark
+        self.echo(f"[bench] {name}: relaunch ready after {ready:.1f} s")
+        out: dict[str, Any] = {
+            "old_server_stopped_s": round(stopped, 3),
+            "ready_s": round(ready, 3),
+        }
+        out["warmup"] = self._warmup(launch, server)
+        out["warm_s"] = round((server.elapsed() - mark) if launch.warmup_argv else ready, 3)
+        single = measure.single(api, counter, k.single_n, idle_gap_s=k.idle_gap_s)
+        out["single"] = dataclasses.asdict(single) | {"ratio": single.ratio}
+        bursts = measure.bursts(api, counter, k.burst_width, k.bursts_n)
+        out["bursts"] = dataclasses.asdict(bursts) | {"ratio": bursts.ratio}
+        after = [StampedLine(ln.t - mark, ln.text) for ln in server.lines() if ln.t >= mark]
+        out["startup"] = dataclasses.asdict(parse_startup(after, ready))
+        out["launcher_lines"] = [ln.text for ln in after if ln.text.startswith(LAUNCHER_PREFIX)]
+        self.echo(
+            f"[bench] {name}: relaunch warm after {out['warm_s']:.1f} s, first "
+            f"{single.first_ms:.1f} ms vs steady {single.steady_ms:.1f} ms"
+        )
+        return out
 
     def _under_load(
         self, launch: Launch, api: Api, server: ServerProcess, name: str
@@ -322,6 +376,19 @@ class Runner:
                 f"output {'same' if res.output_same else 'DIFFERS'} after the wake"
             )
         return out
+
+
+LAUNCHER_PREFIX = "vllm-launch:"
+_GENERATION = re.compile(r"^vllm-launch: .*generation (\d+)\)")
+
+
+def _launcher_generation(lines: list[StampedLine]) -> int:
+    """The launcher's last reported server generation (0: none started yet)."""
+    for ln in reversed(lines):
+        m = _GENERATION.search(ln.text)
+        if m:
+            return int(m.group(1))
+    return 0
 
 
 def _jit_windows(lines: list[Any], marks: dict[str, float]) -> dict[str, int]:

@@ -314,6 +314,11 @@ def _gpu_share(value: float, path: str) -> Iterator[Problem]:
         yield Problem(path, f"is {value}", "in (0, 1], e.g. 0.9")
 
 
+def _kv_tokens(value: int, path: str) -> Iterator[Problem]:
+    if value != 0 and not 16 <= value <= 2**31:
+        yield Problem(path, f"is {value}", "0 (vLLM's own sizing) or a token count such as 131072")
+
+
 def _calendar(value: str, path: str) -> Iterator[Problem]:
     reason = calendar_error(value)
     if reason:
@@ -393,6 +398,8 @@ RULES: dict[str, Callable[[Any, str], Iterator[Problem]]] = {
     "vllm_service_instances[].bind": _bind,
     "vllm_service_instances[].cpus": _cpus,
     "vllm_service_instances[].gpu_memory_utilization": _gpu_share,
+    "vllm_service_instances[].kv_cache_tokens": _kv_tokens,
+    "vllm_service_sleep_kv_cache_tokens": _kv_tokens,
     "vllm_service_instances[].compilation_config": _compilation,
     "vllm_service_instances[].env": _env,
     "vllm_service_instances[].windows[].name": _name,

@@ -295,7 +295,10 @@ def wake(
             on_step("warmup")
         # light by default: a woken server kept its kernels and graphs (H200: a full ramp
         # after a wake cost 1.7-2.9 s and changed nothing); warmup_options={"light": False}
-        report.warmup = warmup(client, **{"light": True, **(warmup_options or {})})
+        options = {"light": True, **(warmup_options or {})}
+        if options["light"] and (report.output_check or {}).get("status") == "passed":
+            options["completions_warm"] = True  # the check's prompts were completions
+        report.warmup = warmup(client, **options)
         report.steps.append(Step("warmup", report.warmup.total_s))
     report.total_s = time.monotonic() - t0
     return report

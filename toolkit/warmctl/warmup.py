@@ -208,6 +208,7 @@ def warmup(
     model: str | None = None,
     progress: Progress | None = None,
     light: bool = False,
+    completions_warm: bool = False,
     main_pid: int | None = None,
     wait_start: bool = True,
 ) -> WarmupReport:
@@ -217,6 +218,8 @@ def warmup(
     `chat`: None -> try the chat route and skip it if the model has no chat template.
     `light`: one short request per route, no ramp (after a wake the server's kernels and CUDA
     graphs are still loaded: a full ramp costs seconds and buys nothing measurable).
+    `completions_warm` (light only): the completions route has just answered (a wake's output
+    check): warm only the chat route.
     `main_pid`: the server's process (systemd's $MAINPID): stop waiting as soon as it is gone,
     so a server killed during its warmup is restarted at once instead of after the timeout.
     `wait_start`: wait for a server that refuses connections (still starting); else fail.
@@ -280,10 +283,13 @@ def warmup(
     # 2. each prompt once, one at a time (first compile of each prefill shape)
     phase = Phase("prompts")
     t0 = time.monotonic()
-    tick = make_tick("prompts", len(prompt_set.prompts))
-    for prompt in prompt_set.prompts:
-        phase.add(stream_completion(client, report.model, prompt, max_tokens=max_tokens))
-        tick()
+    if light and completions_warm:
+        phase.note = "skipped: the completions route has just answered (output check)"
+    else:
+        tick = make_tick("prompts", len(prompt_set.prompts))
+        for prompt in prompt_set.prompts:
+            phase.add(stream_completion(client, report.model, prompt, max_tokens=max_tokens))
+            tick()
     phase.seconds = time.monotonic() - t0
     report.phases.append(phase)
 

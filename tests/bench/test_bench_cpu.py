@@ -71,3 +71,42 @@ def test_bench_plain_and_unit_on_cpu(lab, tmp_path):
     # every server is gone: the port is free again
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_bench_relaunch_under_the_launcher_on_cpu(lab, tmp_path):
+    """L: the unit's argv under the pre-imported launcher; `+relaunch` SIGHUPs it and measures
+    the server forked again from the imported interpreter (no Python imports on that start)."""
+    python, model_dir = lab
+    port = free_port()
+    out = tmp_path / "bench"
+    args = [
+        "bench", "--model", str(model_dir), "--python", str(python), "--device", "cpu",
+        "--plan", "L+relaunch", "--out", str(out), "--port", str(port),
+        "--arg=--max-model-len=512", "--arg=--enforce-eager",
+        "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--no-compile-bytecode",
+        "--requests", "3", "--bursts", "2", "--burst-width", "4", "--decode-tokens", "8",
+        "--idle-gap", "0.2", "--start-timeout", "400",
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "1-L-cold relaunch" in result.output  # the relaunch is a start of its own
+    (step,) = json.loads((out / "bench.json").read_text())["steps"]
+    assert "error" not in step, step.get("error")
+    assert step["argv"][2:5] == ["--", "-m", "vllm.entrypoints.openai.api_server"]
+    log = (out / step["log"]).read_text()
+    assert "vllm-launch: imported vllm.entrypoints.openai.api_server" in log
+    re = step["relaunch"]
+    assert 0 < re["old_server_stopped_s"] < re["ready_s"] <= re["warm_s"]
+    assert re["warmup"]["seconds"] > 0
+    assert re["single"]["first_ms"] > 0 and [len(x) for x in re["bursts"]["bursts_ms"]] == [4, 4]
+    assert any("generation 2" in ln for ln in re["launcher_lines"])
+    phases = re["startup"]["phases"]
+    assert phases[-1]["end_s"] == pytest.approx(re["ready_s"])
+    # the relaunched server imported nothing of size: its first phase (SIGHUP -> its args
+    # parsed) is the old server's stop plus a fork, far below the launcher's own imports
+    first = phases[0]
+    assert first["name"] == "API process start + imports"
+    imported = float(log.split("vllm-launch: imported ")[1].split(" in ")[1].split(" s ")[0])
+    assert first["end_s"] - first["start_s"] < imported
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0

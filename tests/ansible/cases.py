@@ -77,6 +77,7 @@ GOOD: dict[str, dict[str, Any]] = {
     },
     "cpu_two": {
         "vllm_preflight_device_kind": "cpu",
+        "vllm_service_launcher": True,  # both under the pre-imported launcher (the role's var)
         "vllm_service_instances": [
             {"name": "left", "model": "/srv/models/m", "port": 8000, "cpus": "0-1"},
             {"name": "right", "model": "/srv/models/m", "port": 8001, "cpus": "2,3"},
@@ -102,6 +103,7 @@ GOOD: dict[str, dict[str, Any]] = {
                 "bind": "10.0.0.5",
                 "compilation_config": {"cudagraph_mode": "PIECEWISE"},
                 "warmup_args": ["--max-batch", "4"],
+                "launcher": True,  # the pre-imported launcher: ExecReload relaunches
             },
         ],
     },

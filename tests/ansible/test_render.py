@@ -15,7 +15,7 @@ from tests.ansible.cases import GOOD
 from tests.ansible.conftest import run_playbook, write_inventory
 
 from warmctl.render import RenderError, render_instance
-from warmctl.unitfile import unit_values
+from warmctl.unitfile import systemd_split, unit_values
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 needs_systemd = pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
@@ -427,9 +427,11 @@ def test_textfile_dir_reaches_the_drain_of_a_proxied_cpu_window():
 
 
 def _kv_flag(argv: list[str]) -> str | None:
-    return argv[argv.index("--num-gpu-blocks-override") + 1] if (
-        "--num-gpu-blocks-override" in argv
-    ) else None
+    return (
+        argv[argv.index("--num-gpu-blocks-override") + 1]
+        if ("--num-gpu-blocks-override" in argv)
+        else None
+    )
 
 
 @pytest.mark.parametrize(
@@ -471,3 +473,33 @@ def test_kv_cache_tokens_out_of_range_is_one_line(bad):
     with pytest.raises(RenderError) as exc:
         render_instance(instance, {"vllm_preflight_device_kind": "gpu"})
     assert "kv_cache_tokens" in str(exc.value) and "131072" in str(exc.value)
+
+
+def test_launcher_wraps_the_server_and_reload_relaunches():
+    """launcher: ExecStart runs vLLM's argv under the pre-imported launcher (from warmctl's
+    venv, by vLLM's interpreter); ExecReload is `warmctl relaunch` with the warmup's options."""
+    host = host_vars(GOOD, "gpu_two")
+    coder = GOOD["gpu_two"]["vllm_service_instances"][1]
+    r = render_instance(coder, host)
+    plain = render_instance({**coder, "launcher": False}, host)
+    assert r.argv[:5] == [
+        "/opt/vllm/venv/bin/python",
+        "/opt/warmctl/share/warmctl/vllm_launch.py",
+        "--stop-timeout",
+        "90",
+        "--",
+    ]
+    assert r.argv[5:] == plain.argv[1:]  # `-m vllm.entrypoints.cli.main serve ...` unchanged
+    reloads = unit_values(r.unit_text, "Service", "ExecReload")
+    assert len(reloads) == 1 and reloads[0].endswith(" --main-pid $MAINPID")
+    assert systemd_split(reloads[0].removesuffix(" --main-pid $MAINPID")) == [
+        "/opt/warmctl/bin/warmctl",
+        "relaunch",
+        *r.warmup_argv[2:],
+    ]
+    assert "--max-batch 4" in reloads[0]  # the instance's warmup_args, as ExecStartPost's
+    assert not unit_values(plain.unit_text, "Service", "ExecReload")
+    # a role-level switch, a CPU host
+    left = render_instance(GOOD["cpu_two"]["vllm_service_instances"][0], host_vars(GOOD, "cpu_two"))
+    assert left.argv[1].endswith("/share/warmctl/vllm_launch.py")
+    assert left.argv[5:7] == ["-m", "vllm.entrypoints.openai.api_server"]

@@ -10,12 +10,14 @@ from __future__ import annotations
 import datetime
 import re
 import time
+from pathlib import Path
 
 import pytest
 from e2e_support import (
     UNIT,
     Lab,
     PlayRun,
+    ansible_playbook,
     note,
     record,
     unit_show,
@@ -223,15 +225,13 @@ def test_5_config_change_restarts_only_that_instance_and_rewarms(lab: Lab, deplo
     first, second = fleet.hosts
     pids = {h.name: _main_pid(fleet, h) for h in fleet.hosts}
     warm_before = _warmups(fleet, second)
-    changed = lab.inventory(
-        "inventory-changed",
-        host_vars={second.name: {"vllm_service_instances": [lab.instance(max_num_seqs=8)]}},
-    )
+    changed = _changed_inventory(lab)
     run = lab.playbook(changed, stage="5. config change on one host (max_num_seqs 4 -> 8)")
     assert run.rc == 0, run.describe()
-    # the changed host: re-rendered, restarted, re-warmed, verified
+    # the changed host: re-rendered, restarted, re-warmed, verified; now under the launcher
     assert run.count(second.name, "changed") > 0, run.recap
     assert "--max-num-seqs 8" in _exec_start(fleet, second)
+    assert "/share/warmctl/vllm_launch.py" in _exec_start(fleet, second)
     assert _main_pid(fleet, second) != pids[second.name], f"{second.name} was not restarted"
     assert _warmups(fleet, second) > warm_before, f"{second.name}: not re-warmed"
     _verify_host(lab, second, "5. verify after the change")
@@ -241,6 +241,59 @@ def test_5_config_change_restarts_only_that_instance_and_rewarms(lab: Lab, deplo
         xfail_if_known_reinstall(run, first.name)
     assert run.count(first.name, "changed") == 0, run.changed_tasks(first.name)
     assert _main_pid(fleet, first) == pids[first.name], f"{first.name} was restarted"
+
+
+def _changed_inventory(lab: Lab) -> Path:
+    """Test 5's change on the second host: max_num_seqs 4 -> 8, and the pre-imported launcher."""
+    second = lab.fleet.hosts[1]
+    return lab.inventory(
+        "inventory-changed",
+        host_vars={
+            second.name: {
+                "vllm_service_instances": [lab.instance(max_num_seqs=8)],
+                "vllm_service_launcher": True,
+            }
+        },
+    )
+
+
+def _server_pids(fleet: Fleet, host: Host, main_pid: str) -> list[str]:
+    out = fleet.ssh(host, f"cat /proc/{main_pid}/task/*/children", check=False).stdout
+    return sorted(out.split())
+
+
+def test_5b_restart_playbook_relaunches_a_launcher_instance_in_place(lab: Lab, deployed: PlayRun):
+    """warmctl.vllm.restart on an instance under the pre-imported launcher: `systemctl reload`
+    replaces the server from the imported vLLM and warms it; the unit never leaves `active`,
+    its main process (the launcher) stays, systemd counts no restart; verify passes."""
+    fleet = lab.fleet
+    second = fleet.hosts[1]
+    assert "/share/warmctl/vllm_launch.py" in _exec_start(fleet, second), "test 5 did not run"
+    main = _main_pid(fleet, second)
+    servers = _server_pids(fleet, second, main)
+    assert len(servers) == 1, servers
+    restarts = unit_show(fleet, second, UNIT, "NRestarts")["NRestarts"]
+    journal = f"journalctl -u {UNIT} --no-pager -o cat"
+    relaunched_before = fleet.ssh(second, journal).stdout.count(": relaunched in ")
+    run = ansible_playbook(
+        _changed_inventory(lab),
+        "--limit",
+        second.name,
+        log=lab.log,
+        playbook="warmctl.vllm.restart",
+    )
+    record("5b. restart playbook -> relaunch under the launcher", run.seconds)
+    assert run.rc == 0, run.describe()
+    props = unit_show(fleet, second, UNIT, "MainPID", "NRestarts", "ActiveState")
+    assert props["ActiveState"] == "active"
+    assert props["MainPID"] == main, "the launcher (main process) was restarted"
+    assert props["NRestarts"] == restarts
+    after = _server_pids(fleet, second, main)
+    assert len(after) == 1 and after != servers, f"server {servers} -> {after}"
+    log = fleet.ssh(second, journal).stdout
+    assert log.count(": relaunched in ") == relaunched_before + 1, log[-2000:]
+    assert "vllm-launch: relaunch: old server stopped" in log
+    _verify_host(lab, second, "5b. verify after the relaunch")
 
 
 # --------------------------------------------------------------------------- 6

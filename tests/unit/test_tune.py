@@ -266,3 +266,13 @@ def test_snippet_merges_into_the_inventory_instances() -> None:
         "model": "/m",
         "compilation_config": {"cudagraph_mode": "PIECEWISE"},
     }
+
+
+def test_more_graphs_than_now_says_what_a_restart_pays() -> None:
+    steps = [4, 12, 24] * 1000 + [300, 600, 900] * 20
+    prompts, gens = [600.0] * 50, [32.0] * 50
+    more = propose(obs(prompts, gens, steps, capture_sizes=[1, 2, 4, 8]), Knobs())
+    assert len(more.choice(CAPTURE).value) == 14
+    assert "10 more graphs than now" in more.choice(CAPTURE).why
+    fewer = propose(obs(prompts, gens, steps, capture_sizes=list(range(1, 60))), Knobs())
+    assert "more graphs than now" not in fewer.choice(CAPTURE).why

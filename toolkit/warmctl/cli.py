@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "warmup": ("warmup", "Wait until a server is ready, then warm it with real-shaped traffic."),
     "sleep": ("sleep", "Drain in-flight requests, then put a server to sleep."),
     "drain": ("drain", "Take an instance out of rotation: close its gate, let requests finish."),
+    "relaunch": ("relaunch", "Replace a launcher-run server from its imported vLLM, then warm it."),
     "wake": ("wake", "Wake a sleeping server (reloading weights after level 2), then warm it."),
     "verify": ("verify", "Measure first-request vs steady TTFT and decode speed; PASS/FAIL."),
     "calendar": ("calendar", "Convert a cron expression to a systemd OnCalendar expression."),

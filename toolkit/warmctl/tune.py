@@ -602,6 +602,13 @@ def _capture_choice(obs: Observation, knobs: Knobs, no_traffic: bool) -> Choice:
         )
     if note:
         why += f"; {note}: they run without a graph"
+    if now and len(sizes) > len(now):
+        # H200, Qwen3-0.6B shape: 27 sizes instead of 15 cost 1.7 s more capture and 1.5 s more
+        # compile-cache load on every restart (docs/BENCHMARKS.md, tune run 4)
+        why += (
+            f"; {len(sizes) - len(now)} more graphs than now: each start captures (and loads) "
+            "them, about 3 s more per restart on an H200 for 12 more"
+        )
     return Choice(CAPTURE, sizes, now, observed, why)
 
 

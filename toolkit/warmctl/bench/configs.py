@@ -11,9 +11,10 @@ W  B with a shorter unit warmup (`W_WARMUP_ARGS`, or --w-warmup-args): the warmu
 V  B with the shortest warmup that still warms a 16-wide burst (`V_WARMUP_ARGS`).
 S  B with the EngineCore spawned (VLLM_WORKER_MULTIPROC_METHOD=spawn, vLLM's CLI default)
    instead of the unit's fork: the lever measured alone.
-L  B under the pre-imported launcher (`warmctl/launcher/vllm_launch.py`): the unit's argv run
-   by a launcher that imports vLLM once and forks the server; with `+relaunch` the plan also
-   measures a relaunch (SIGHUP: the server is replaced from the already imported interpreter).
+L  B with `launcher: true`: the unit runs vLLM under the pre-imported launcher
+   (`warmctl/launcher/vllm_launch.py`), which imports vLLM once and forks the server; with
+   `+relaunch` the plan also measures a relaunch (SIGHUP, as the unit's ExecReload sends: the
+   server is replaced from the already imported interpreter).
    W, V, S and L share B's cache dir and HOME, so their first start is a primed restart.
 C  B with levers changed: the CUDA-graph capture-size policy (`C_CAPTURE_SIZES`: every
    batch up to 512 tokens still runs in a graph, in 15 sizes instead of vLLM's 51, so each
@@ -102,7 +103,7 @@ class Config:
     compilation_config: dict[str, Any] | None = None  # merged over the roles' default (C)
     instance_extra: dict[str, Any] = field(default_factory=dict)  # more instance keys (C)
     shares: str | None = None  # the configuration whose cache dir and HOME this one uses
-    launcher: bool = False  # run the argv under the pre-imported launcher (L)
+    launcher: bool = False  # the unit runs vLLM under the pre-imported launcher (L)
 
     @property
     def cache_key(self) -> str:
@@ -132,9 +133,8 @@ class Config:
         rendered = render_for_bench(self, site)
         env = {**base, **rendered.env}
         dirs["cache"] = self.cache_dir(site)
-        argv = launched(list(rendered.argv)) if self.launcher else list(rendered.argv)
         return Launch(
-            LaunchSpec(argv, env, listen_url(rendered.argv, site.base_url)),
+            LaunchSpec(list(rendered.argv), env, listen_url(rendered.argv, site.base_url)),
             list(rendered.warmup_argv),
             env.get("VLLM_SERVER_DEV_MODE") == "1" and "--enable-sleep-mode" in rendered.argv,
             dirs,
@@ -172,15 +172,6 @@ class Config:
             "vllm_install_warmctl_venv": str(site.warmctl_venv),
             "vllm_install_cache_dir": str(self.cache_dir(site)),
         }
-
-
-def launched(argv: list[str]) -> list[str]:
-    """`PYTHON -m MODULE ARGS...` run by the pre-imported launcher instead."""
-    from warmctl.launcher import SCRIPT
-
-    if len(argv) < 3 or argv[1] != "-m":
-        raise WarmctlError(f"cannot put under the launcher (not PYTHON -m MODULE): {argv[:3]}")
-    return [argv[0], str(SCRIPT), "--", *argv[1:]]
 
 
 def listen_url(argv: list[str], default: str) -> str:
@@ -272,6 +263,7 @@ def standard(
             "L",
             "B under the pre-imported launcher (SIGHUP relaunches without imports)",
             True,
+            instance_extra={"launcher": True},
             shares="B",
             launcher=True,
         ),

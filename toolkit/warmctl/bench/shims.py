@@ -36,6 +36,10 @@ def warmctl_venv(where: Path) -> Path:
         "from warmctl.cli import main\n"
         "main()\n",
     )
+    # the pre-imported launcher where the wheel puts it (a unit with vllm_service_launcher)
+    from warmctl.launcher import SCRIPT
+
+    _script(where / "share" / "warmctl" / "vllm_launch.py", SCRIPT.read_text())
     return where
 
 

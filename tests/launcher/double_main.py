@@ -1,0 +1,24 @@
+"""The vLLM double as a server module for the launcher: `python -m tests.launcher.double_main
+--port N` serves until SIGTERM (as `vllm serve` would under the launcher)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from tests.double.server import VllmDouble
+
+
+def main(argv: list[str]) -> int:
+    port = int(argv[argv.index("--port") + 1])
+    double = VllmDouble(port=port).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop.wait()
+    double.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

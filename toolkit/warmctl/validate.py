@@ -69,6 +69,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "vllm_verify_max_ratio": (0, None),
     "vllm_verify_throttle": (0, None),
     "vllm_verify_attempts": (1, None),
+    "vllm_verify_rejoin_settle_sec": (0, None),
 }
 RANGE_HINTS = {
     "vllm_verify_throttle": "0 (every host at once) or a positive number of hosts",

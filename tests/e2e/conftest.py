@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import NOTES, PROJECT, TIMINGS, Lab, PlayRun, record
+from e2e_support import NOTES, PROJECT, TEXTFILE_DIR, TIMINGS, Lab, PlayRun, record
 
 HERE = Path(__file__).parent
 
@@ -97,7 +97,10 @@ def lab(lab_model: Path, lab_wheels: Any, collection_project: Any) -> Iterator[L
         record("boot 2 test hosts (base rootfs cached)", time.monotonic() - t0)
         with wheelhouse.serve(lab_wheels, fleet.controller) as server:
             window = testhosts.quiet_window()
-            yield Lab(fleet, server.url, lab_model, work, window)
+            # every deploy of this tier writes the Prometheus textfile (test_e2e_monitoring
+            # checks it): one configuration from the first deploy on, no deploy of its own
+            tier_vars = {"vllm_service_textfile_dir": TEXTFILE_DIR}
+            yield Lab(fleet, server.url, lab_model, work, window, tier_vars)
     finally:
         if not keep:
             t1 = time.monotonic()

@@ -20,6 +20,8 @@ PROJECT: dict[str, Path] = {}
 BIN = Path(sys.executable).parent
 INSTANCE = "tiny"
 UNIT = f"vllm-{INSTANCE}.service"
+# the tier's vllm_service_textfile_dir (node_exporter's textfile collector), in every inventory
+TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
 # a PLAY RECAP line: "wt1   : ok=12   changed=3    unreachable=0    failed=0 ..."
 TIMINGS: list[tuple[str, float]] = []
 NOTES: list[str] = []
@@ -183,6 +185,8 @@ class Lab:
     model: Path
     dir: Path
     window: dict[str, Any]
+    # the tier's own group_vars under every inventory it writes (a call's group_vars win)
+    group_vars: dict[str, Any] = field(default_factory=dict)
 
     @property
     def log(self) -> Path:
@@ -201,7 +205,7 @@ class Lab:
             self.fleet,
             find_links=self.find_links,
             instances=[self.instance(**(instance or {}))],
-            group_vars=group_vars,
+            group_vars={**self.group_vars, **(group_vars or {})},
             host_vars=host_vars,
         )
         return testhosts.write_inventory(self.dir / f"{name}.yml", data)

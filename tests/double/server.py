@@ -1,7 +1,10 @@
 """A real HTTP server on loopback that speaks vLLM's routes, with controllable delays, states and
 failures, so the CLI's measurements and error paths can be tested without a GPU.
 
-Routes: /health, /v1/models, /version, /metrics (Prometheus text with the
+Routes: /health, /v1/models, /version, /load (vLLM's in-flight count of the API server,
+`{"server_load": N}`: with `server_load_tracking` the generation requests entered and not yet
+sent in full, else always 0; 404 when `load_route` is off, as on older vLLM), /metrics
+(Prometheus text with the
 vllm:num_requests_running/waiting gauges, vllm:engine_sleep_state, a
 vllm:time_to_first_token_seconds histogram, and the traffic families `warmctl tune` reads:
 tokens per engine step, prompt/generation tokens, running/queue time, preemptions, KV usage,
@@ -14,7 +17,10 @@ routes /is_sleeping, /sleep, /wake_up, /collective_rpc, /reset_prefix_cache, /se
 Non-streamed `/v1/completions` answer greedy token ids (`return_token_ids`) and logprobs that
 depend only on the prompt; `corrupt_answers` / `logprob_drift` make a wake that went wrong.
 
-Like vLLM: the API key guards only /v1/*; `/sleep` aborts in-flight streams (its default
+Like vLLM: a stream's 200 headers go out before the engine counts it: for
+`admission_delay` seconds it is only in /load, not yet in vllm:num_requests_running (vLLM
+tokenises it and queues it to the engine core, whose gauges move after a step). The API key
+guards only /v1/*; `/sleep` aborts in-flight streams (its default
 mode), so a client that sleeps without draining cuts them (counted in `aborted`); after a
 level-2 sleep the weights are garbage until `reload_weights` (outputs then count in
 `garbage_outputs`); a sleeping engine refuses generation.
@@ -97,6 +103,11 @@ class DoubleConfig:
     wake_delay: float = 0.0
     extra_waiting: int = 0  # added to vllm:num_requests_waiting
     extra_running: int = 0  # added to vllm:num_requests_running
+    server_load_tracking: bool = False  # --enable-server-load-tracking: /load counts
+    load_route: bool = True  # /load exists (older vLLM: 404)
+    # a stream's 200 headers are sent, then it waits this long before the engine gauges count
+    # it (tokenising, queued to the engine core); /load counts it all along
+    admission_delay: float = 0.0
     empty_first_chunk: bool = False  # completions: a first chunk with text "" before the TTFT
     corrupt_answers: bool = False  # greedy answers change one token (a wake that went wrong)
     logprob_drift: float = 0.0  # added to every logprob of an answer (same tokens)
@@ -130,7 +141,8 @@ class Counters:
     completed: int = 0  # streams that ended normally
     aborted: int = 0  # streams the server cut (sleep in their middle)
     client_gone: int = 0  # streams whose client went away
-    in_flight: int = 0
+    in_flight: int = 0  # streams the engine gauges count (vllm:num_requests_running)
+    admitted: int = 0  # generation requests in the API server (/load with tracking)
     max_in_flight: int = 0
     concurrency_seen: set[int] = field(default_factory=set)
     chat_generations: int = 0
@@ -493,6 +505,15 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
         def metrics(self, query: dict[str, list[str]], body: Any) -> None:
             self._send(200, double.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
 
+        def load(self, query: dict[str, list[str]], body: Any) -> None:
+            cfg = double.config
+            if not cfg.load_route:
+                self._send(404, {"detail": "Not Found"})
+                return
+            with double.lock:  # without the flag vLLM never counts: always 0
+                count = double.counters.admitted if cfg.server_load_tracking else 0
+            self._send(200, {"server_load": count})
+
         # -- dev routes ---------------------------------------------------------------------
         def is_sleeping(self, query: dict[str, list[str]], body: Any) -> None:
             self._send(200, {"is_sleeping": double.is_sleeping})
@@ -508,7 +529,7 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             time.sleep(double.config.sleep_delay)
             with double.lock:
                 double.counters.sleeps.append(level)
-                if double.counters.in_flight:
+                if double.counters.in_flight or double.counters.admitted:
                     double.counters.sleep_with_in_flight += 1
             double.put_to_sleep(level)
             self._send(200, {"status": "sleeping", "level": level})
@@ -611,30 +632,38 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
                 c = double.counters
                 c.generations += 1
                 c.chat_generations += int(chat)
-                c.in_flight += 1
-                c.max_in_flight = max(c.max_in_flight, c.in_flight)
-                c.concurrency_seen.add(c.in_flight)
+                c.admitted += 1
                 garbage = not double.weights_valid
                 if garbage:
                     c.garbage_outputs += 1
             try:
                 self._stream(chat, max_tokens, prompt_tokens, first, garbage, body)
             finally:
-                with double.lock:
-                    double.counters.in_flight -= 1
+                with double.lock:  # like vLLM's BackgroundTask: once the body is sent
+                    double.counters.admitted -= 1
 
         def _answer(self, text: str, max_tokens: int, prompt_tokens: int, body: Any) -> None:
             """A non-streamed completion: greedy token ids that depend only on the prompt (and
             on the weights: garbage after a level-2 sleep without reload, or `corrupt_answers`),
             with `return_token_ids` and `logprobs` as vLLM answers them."""
-            cfg = double.config
             with double.lock:
                 double.counters.prompts.append(text)
                 double.counters.generations += 1
                 double.counters.answers += 1
+                double.counters.admitted += 1
                 garbage = not double.weights_valid
                 if garbage:
                     double.counters.garbage_outputs += 1
+            try:
+                self._answer_body(text, max_tokens, prompt_tokens, body, garbage)
+            finally:
+                with double.lock:
+                    double.counters.admitted -= 1
+
+        def _answer_body(
+            self, text: str, max_tokens: int, prompt_tokens: int, body: Any, garbage: bool
+        ) -> None:
+            cfg = double.config
             seed = zlib.crc32(text.encode())
             ids = [(seed + 7919 * i) % 151_000 for i in range(max_tokens)]
             if garbage:
@@ -693,6 +722,36 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
         ) -> None:
             cfg = double.config
             start = time.monotonic()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+            # vLLM: the headers are out, the request is tokenised and queued to the engine
+            # core; its gauges count it only from the next step
+            time.sleep(cfg.admission_delay)
+            with double.lock:
+                c = double.counters
+                c.in_flight += 1
+                c.max_in_flight = max(c.max_in_flight, c.in_flight)
+                c.concurrency_seen.add(c.in_flight)
+            try:
+                self._stream_body(chat, max_tokens, prompt_tokens, first, garbage, body, start)
+            finally:
+                with double.lock:
+                    double.counters.in_flight -= 1
+
+        def _stream_body(
+            self,
+            chat: bool,
+            max_tokens: int,
+            prompt_tokens: int,
+            first: bool,
+            garbage: bool,
+            body: dict[str, Any],
+            start: float,
+        ) -> None:
+            cfg = double.config
             rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
             base = {
                 "id": rid,
@@ -709,10 +768,6 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
                     return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
                 return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
 
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
             sent = 0
             try:
                 if chat:  # vLLM's first chat chunk: the role, no text
@@ -768,6 +823,7 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
         ("GET", "/v1/models"): Handler.models,
         ("GET", "/version"): Handler.version,
         ("GET", "/metrics"): Handler.metrics,
+        ("GET", "/load"): Handler.load,
         ("GET", "/is_sleeping"): Handler.is_sleeping,
         ("POST", "/sleep"): Handler.sleep,
         ("POST", "/wake_up"): Handler.wake_up,

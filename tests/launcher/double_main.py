@@ -12,7 +12,8 @@ from tests.double.server import VllmDouble
 
 def main(argv: list[str]) -> int:
     port = int(argv[argv.index("--port") + 1])
-    double = VllmDouble(port=port).start()
+    tracking = "--enable-server-load-tracking" in argv  # as vLLM: /load counts only then
+    double = VllmDouble(port=port, server_load_tracking=tracking).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stop.wait()

@@ -329,6 +329,23 @@ class Client:
 
         return parse_metrics(self.metrics_text(), self.target.label)
 
+    def server_load(self) -> int | None:
+        """`/load`'s `server_load`: the generation requests the API server has taken and not yet
+        finished sending (counted from the handler's start, before the engine sees them, to the
+        last byte of a stream). vLLM counts only with --enable-server-load-tracking and answers
+        0 without it. None when the server has no such route (404, or not its JSON answer)."""
+        resp = self.request("GET", "/load", ok_404=True)
+        if resp is None:
+            return None
+        try:
+            body = resp.json()
+        except ValueError:
+            return None
+        value = body.get("server_load") if isinstance(body, dict) else None
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None
+        return max(0, value)  # below 0 is a miscount of the server's, not requests in flight
+
     # -- dev-mode routes (VLLM_SERVER_DEV_MODE=1) -----------------------------------------
     def is_sleeping(self) -> bool:
         body = self.get_json("/is_sleeping")

@@ -130,8 +130,8 @@ def drain_only_report(
     if not report.drain.drained:
         d = report.drain
         raise WarmctlError(
-            f"{client.target.label}: not drained: still {d.running:g} running and "
-            f"{d.waiting:g} waiting requests after --drain-timeout {drain_timeout:g} s",
+            f"{client.target.label}: not drained: still {d.still()} "
+            f"after --drain-timeout {drain_timeout:g} s",
             kind="drain_timeout",
         )
     report.total_s = time.monotonic() - t0

@@ -1,7 +1,8 @@
 """Sleep and wake a vLLM server safely.
 
 Sleep drains first: vLLM's `/sleep` aborts or races requests in flight (vllm-project/vllm#45520,
-#45268), so we wait until `vllm:num_requests_running` + `vllm:num_requests_waiting` is 0 before
+#45268), so we wait until `vllm:num_requests_running` + `vllm:num_requests_waiting` is 0, and so
+is the API server's own count of requests in flight (`/load`, see `drain`), before
 `POST /sleep?level=N`, then confirm with `/is_sleeping`. Wake after level 2 must reload weights:
 `/wake_up?tags=weights`, `/collective_rpc {"method": "reload_weights"}`, `/wake_up?tags=kv_cache`,
 `/reset_prefix_cache`; then the warmup runs so the first user request after a wake is fast.
@@ -39,9 +40,20 @@ class DrainResult:
     running: float
     waiting: float
     polls: int
+    # the API server's requests in flight (`/load`) at the last poll; None: it has no /load
+    in_flight: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def still(self) -> str:
+        """What the last poll saw, e.g. "0 running, 0 waiting, 1 in flight at the API server"."""
+        return in_flight_text(self.running, self.waiting, self.in_flight)
+
+
+def in_flight_text(running: float, waiting: float, in_flight: int | None) -> str:
+    text = f"{running:g} running, {waiting:g} waiting"
+    return text if in_flight is None else f"{text}, {in_flight} in flight at the API server"
 
 
 def drain(
@@ -51,11 +63,22 @@ def drain(
     settle: int = 2,
     on_wait: Callable[[str], None] | None = None,
 ) -> DrainResult:
-    """Wait until running + waiting requests are 0 on `settle` polls in a row (or `timeout`);
-    `on_wait(text)` is told how many are in flight and for how long it has waited."""
+    """Wait until running + waiting requests are 0, and so is the API server's count of
+    requests in flight, on `settle` polls in a row (or `timeout`); `on_wait(text)` is told how
+    many are in flight and for how long it has waited.
+
+    The engine's gauges alone miss a request the API server has taken but not yet handed to
+    the engine: vLLM sends a stream's 200 headers, tokenises, queues it to the engine, and the
+    gauges count it only after an engine step. `/load` (vLLM's `--enable-server-load-tracking`,
+    which the unit always passes) counts it from the moment its handler is entered until its
+    body is sent. A server without `/load` (older vLLM) is drained on the gauges alone; one
+    started without the flag answers 0 there, which then adds nothing."""
     t0 = time.monotonic()
     zeros = polls = 0
+    has_load = True
     while True:
+        in_flight = client.server_load() if has_load else None
+        has_load = in_flight is not None
         m = client.metrics()
         polls += 1
         if m.running is None and m.waiting is None:
@@ -65,15 +88,16 @@ def drain(
                 kind="protocol",
             )
         running, waiting = m.running or 0.0, m.waiting or 0.0
-        zeros = zeros + 1 if running + waiting == 0 else 0
+        idle = running + waiting == 0 and not in_flight
+        zeros = zeros + 1 if idle else 0
         elapsed = time.monotonic() - t0
         if zeros >= settle:
-            return DrainResult(True, elapsed, running, waiting, polls)
+            return DrainResult(True, elapsed, running, waiting, polls, in_flight)
         if elapsed + interval > timeout:
-            return DrainResult(False, elapsed, running, waiting, polls)
+            return DrainResult(False, elapsed, running, waiting, polls, in_flight)
         if on_wait is not None:
             on_wait(
-                f"draining {running:g} running + {waiting:g} waiting requests "
+                f"draining: {in_flight_text(running, waiting, in_flight)} "
                 f"({elapsed:.0f} of {timeout:g} s)"
             )
         time.sleep(interval)
@@ -182,8 +206,8 @@ def sleep(
     if not report.drain.drained:
         d = report.drain
         raise WarmctlError(
-            f"{client.target.label}: not put to sleep: still {d.running:g} running and "
-            f"{d.waiting:g} waiting requests after --drain-timeout {drain_timeout:g} s",
+            f"{client.target.label}: not put to sleep: still {d.still()} "
+            f"after --drain-timeout {drain_timeout:g} s",
             kind="drain_timeout",
         )
     if before_sleep is not None:

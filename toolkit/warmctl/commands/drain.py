@@ -36,7 +36,9 @@ def command(
     drain_timeout: float,
 ) -> None:
     """Take an instance out of rotation before a restart: close its proxy gate as draining,
-    then wait until vllm:num_requests_running and vllm:num_requests_waiting are 0.
+    then wait until vllm:num_requests_running and vllm:num_requests_waiting are 0, and so is
+    the API server's count of requests in flight (/load: vLLM's --enable-server-load-tracking,
+    which the unit always passes; a server without /load is drained on the gauges alone).
 
     HOST is the vLLM server itself (behind the proxy: 127.0.0.1:PORT+offset on the host). A
     server that does not answer (stopped, starting, engine dead) has nothing in flight: the gate
@@ -69,7 +71,7 @@ def command(
                 return [f"{r.target}: drained in {d.seconds:.2f} s; gate {r.gate} closed"]
             return [
                 f"{r.target}: NOT drained after --drain-timeout {drain_timeout:g} s: still "
-                f"{d.running:g} running and {d.waiting:g} waiting; gate {r.gate} closed"
+                f"{d.still()}; gate {r.gate} closed"
             ]
 
         labels = [t.label for t in targets]

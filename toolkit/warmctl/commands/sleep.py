@@ -77,8 +77,9 @@ def command(
 ) -> None:
     """Drain in-flight requests, then put a server to sleep.
 
-    Waits until vllm:num_requests_running and vllm:num_requests_waiting are 0 (vLLM crashes or
-    hangs when sleep races live requests), then POST /sleep?level=N and confirms with
+    Waits until vllm:num_requests_running and vllm:num_requests_waiting are 0, and so is the
+    API server's count of requests in flight (/load, with --enable-server-load-tracking), as
+    vLLM crashes or hangs when sleep races live requests; then POST /sleep?level=N and confirms with
     /is_sleeping. Already asleep: nothing to do. Needs a server started with
     VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode. On a terminal, each host's line says how
     many requests the drain still waits for and for how long so far.

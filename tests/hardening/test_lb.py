@@ -61,7 +61,8 @@ def fleet(nginx_bin: str, tmp_path: Path) -> Iterator[Fleet]:
     started: list[Nginx] = []
     try:
         for name in ("h1", "h2"):
-            double = VllmDouble(token_delay=0.01).start()
+            # the unit always passes --enable-server-load-tracking (the drain reads /load)
+            double = VllmDouble(token_delay=0.01, server_load_tracking=True).start()
             port, gate = free_port(), tmp_path / name / "gate"
             gate.mkdir(parents=True)
             files = render_proxy(
@@ -165,7 +166,7 @@ def restart(host: Host, warm_s: float) -> None:
     host.double.close_connections()
     host.flag("warming").write_text("")
     time.sleep(0.5)  # loading
-    host.double = VllmDouble(port=port, token_delay=0.01).start()
+    host.double = VllmDouble(port=port, token_delay=0.01, server_load_tracking=True).start()
     time.sleep(warm_s)  # ExecStartPost: the warmup
     host.flag("warming").unlink()
 
@@ -173,9 +174,13 @@ def restart(host: Host, warm_s: float) -> None:
 def test_drain_restart_verify_rejoin_under_load_through_the_lb(run, fleet: Fleet) -> None:
     """16 clients stream through the load balancer while h1 is drained (`warmctl drain`),
     restarted, warmed and verified through its proxy (`warmctl verify`), then rejoins: every
-    request completes, none is cut; h1 is served again afterwards."""
+    request completes, none is cut; h1 is served again afterwards. Each stream spends 0.2 s
+    in the API server (its 200 sent) before the engine gauges count it: the drain waits for
+    those too (/load)."""
     h1, h2 = fleet.hosts
-    h1.double.config.token_delay = h2.double.config.token_delay = 0.01
+    for h in (h1, h2):
+        h.double.config.token_delay = 0.01
+        h.double.config.admission_delay = 0.2
     watch = RotationWatch({h.name: f"http://{h.address}/health" for h in fleet.hosts}).start()
     load = StreamLoad(fleet.lb_address, "double-model", clients=16, max_tokens=30, limit_s=120)
     load.start()
@@ -188,7 +193,7 @@ def test_drain_restart_verify_rejoin_under_load_through_the_lb(run, fleet: Fleet
                   "--drain-timeout", "30")  # fmt: skip
     assert drained.exit_code == 0, drained.output
     assert "drained in" in drained.output
-    assert h1.double.counters.in_flight == 0
+    assert h1.double.counters.in_flight == 0 and h1.double.counters.admitted == 0
     restart(h1, warm_s=0.5)
     verified = run("verify", h1.address, "--steady", "3", "--max-ratio", "50",
                    "--max-first-ttft", "5")  # fmt: skip

@@ -1,11 +1,13 @@
 """The client against real sockets: every failure is one line with the right kind."""
 
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 from tests.double import VllmDouble
+from tests.double.server import RawReply
 
 from warmctl.client import Client
 from warmctl.errors import WarmctlError
@@ -23,6 +25,13 @@ def closed_port() -> int:
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+@pytest.fixture
+def vllm_factory_racy(vllm_double_factory) -> VllmDouble:
+    """A double started with --enable-server-load-tracking whose streams wait 0.5 s in the API
+    server before the engine gauges count them."""
+    return vllm_double_factory(server_load_tracking=True, admission_delay=0.5)
 
 
 @pytest.fixture
@@ -67,6 +76,54 @@ def test_capture_sizes_from_text_server_info(vllm_double: VllmDouble) -> None:
     vllm_double.config.server_info_text = True
     vllm_double.config.capture_sizes = [16, 8]
     assert client_for(vllm_double).capture_sizes() == [8, 16]
+
+
+def test_server_load_counts_a_stream_from_its_headers_to_its_last_byte(
+    vllm_factory_racy: VllmDouble,
+) -> None:
+    srv = vllm_factory_racy
+    c = client_for(srv)
+    assert c.server_load() == 0
+    t = threading.Thread(
+        target=lambda: stream_completion(c, "double-model", "hi", max_tokens=5), daemon=True
+    )
+    t.start()
+    deadline = time.monotonic() + 5
+    while srv.counters.admitted < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # in the API server, not yet in the engine's gauges: /load counts it, /metrics does not
+    assert c.server_load() == 1 and c.metrics().running == 0
+    t.join(10)
+    assert c.server_load() == 0
+
+
+def test_server_load_is_0_without_tracking_and_none_without_the_route(
+    vllm_double_factory,
+) -> None:
+    untracked = vllm_double_factory(admission_delay=0.5)
+    c = client_for(untracked)
+    t = threading.Thread(target=lambda: stream_completion(c, "double-model", "hi", max_tokens=2))
+    t.start()
+    time.sleep(0.2)
+    assert untracked.counters.admitted == 1 and c.server_load() == 0  # vLLM: no flag, no count
+    t.join(10)
+    assert client_for(vllm_double_factory(load_route=False)).server_load() is None
+
+
+@pytest.mark.parametrize(
+    "body", [b"<html>not json</html>", b'{"load": 3}', b'{"server_load": "1"}', b"[1]"]
+)
+def test_server_load_of_a_server_without_vllms_route_is_none(vllm_double, body) -> None:
+    vllm_double.config.raw["/load"] = RawReply(body=body)
+    assert client_for(vllm_double).server_load() is None
+
+
+def test_server_load_errors_are_one_line(vllm_double) -> None:
+    vllm_double.config.raw["/load"] = RawReply(status=500, body=b'{"detail": "boom"}')
+    err = one_line_error(client_for(vllm_double).server_load)
+    assert err.kind == "server" and "HTTP 500 on /load" in str(err)
+    vllm_double.config.raw["/load"] = RawReply(body=b'{"server_load": -1}')  # a miscount
+    assert client_for(vllm_double).server_load() == 0
 
 
 def test_stream_counts_first_text_chunk_not_role_chunk(vllm_double: VllmDouble) -> None:

@@ -58,11 +58,13 @@ for stage in $stages; do
     lint) run_stage lint bash -c 'ruff check toolkit tests scripts && ruff format --check toolkit tests scripts' ;;
     fast) run_stage fast pytest -m "not integration and not e2e" "$@" ;;
     integration) wait_prefetch; run_stage integration pytest -m "integration and not e2e" "$@" ;;
-    # one pytest session per e2e tier: each boots, deploys and tears down its own hosts
-    e2e) wait_prefetch; run_stage e2e pytest -m e2e tests/e2e "$@"
-         # -rP: print each check's figures; one pair of hosts for the whole tier, in this order
-         run_stage e2e-hardening pytest -m e2e -rP tests/hardening/test_e2e_proxy.py \
-           tests/hardening/test_e2e_tp.py tests/hardening/test_e2e_lb.py "$@" ;;
+    # one pytest session, one pair of hosts (installed once by the first deploy) for both e2e
+    # tiers, in this order: tests/e2e, then the hardening modules on the same hosts (the load
+    # balancer first: the proxied deploy leaves what it needs; tensor parallel last, as it
+    # replaces the second host's instance). -rP: print each check's figures.
+    e2e) wait_prefetch; run_stage e2e pytest -m e2e -rP tests/e2e \
+           tests/hardening/test_e2e_lb.py tests/hardening/test_e2e_proxy.py \
+           tests/hardening/test_e2e_tp.py "$@" ;;
     *) echo "[test] unknown stage: $stage (lint fast integration e2e)" >&2; exit 2 ;;
   esac
 done

@@ -115,7 +115,8 @@ def base_inventory(lab: Lab) -> Path:
 
 @pytest.fixture(scope="session")
 def first_deploy(lab: Lab, base_inventory: Path) -> PlayRun:
-    # both hosts in one batch: the installs overlap (check 7 covers the serial rollout)
+    # both hosts in one batch: the installs overlap (the LB e2e's run 4 covers the serial
+    # rollout's stop)
     return lab.playbook(
         base_inventory, "-e", "vllm_rollout_serial=2", stage="1. first deploy (site.yml, 2 hosts)"
     )

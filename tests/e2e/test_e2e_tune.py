@@ -66,7 +66,14 @@ def test_tune_snippet_is_what_the_deploy_applies(
     assert same == lab.instance()
 
     pid = unit_show(fleet, loaded, UNIT, "MainPID")["MainPID"]
-    run = lab.playbook(base_inventory, "-i", str(snippet), stage="tune: deploy with the snippet")
+    run = lab.playbook(
+        base_inventory,
+        "-i",
+        str(snippet),
+        "-e",
+        "vllm_rollout_serial=2",  # one batch: the hosts restart side by side
+        stage="tune: deploy with the snippet",
+    )
     assert run.rc == 0, run.describe()
     post = unit_show(fleet, loaded, UNIT, "ExecStartPost")["ExecStartPost"]
     assert "--prompt-tokens" in post, post

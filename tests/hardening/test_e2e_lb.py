@@ -6,15 +6,17 @@ fixed-length completions through the LB for the whole of each run:
 1. a deploy that changes every instance's configuration, rolled one host at a time;
 2. `warmctl.vllm.restart`;
 3. one host's sleep window firing (CPU: gate closed, drain, stop) and its wake;
-4. a deploy whose verify fails on the first host: the rollout stops there, that host stays
-   out of rotation (draining), the LB serves everything from the other one.
+4. a deploy whose verify fails on the first host: the rollout stops there (the first host
+   rolled out and failed; the second one's unit and server untouched), that host stays out of
+   rotation (draining), the LB serves everything from the other one. This is also the suite's
+   check of the serial rollout's stop on a failing host.
 
 Each prints requests started / completed / failed / cut and the longest wait, the request rate,
 beside the time each host spent out of rotation (its /health not 200, polled from the
 controller), and asserts 0 failed and 0 cut. Builds on the tier's hosts and proxied deploy
-(tests/hardening/e2e_hosts.py); the load is bounded: 16 clients, each pausing PAUSE_S after
-every request, at most LOAD_LIMIT_S per run, only to 127.0.0.1 (the LB) and the hosts' 10.77.0.x
-addresses."""
+(tests/hardening/e2e_hosts.py; in the test suite, right after it); the load is bounded: 16
+clients, each pausing PAUSE_S after every request, at most LOAD_LIMIT_S per run, only to
+127.0.0.1 (the LB) and the hosts' 10.77.0.x addresses."""
 
 from __future__ import annotations
 
@@ -266,6 +268,7 @@ def test_a_host_failing_verify_stops_the_rollout_and_stays_out(balanced: Balance
         "lb-fails-verify", instance={"max_num_seqs": 5}, group_vars=LB_VARS, host_vars=strict
     )
     unit_before = fleet.ssh(second, "systemctl cat vllm-tiny.service").stdout
+    pid_before = unit_show(fleet, second, "vllm-tiny.service", "MainPID")["MainPID"]
     counts, watch, run = under_load(
         balanced,
         lambda: ansible_playbook(failing, log=testbed.dir / "lb.log"),
@@ -274,10 +277,14 @@ def test_a_host_failing_verify_stops_the_rollout_and_stays_out(balanced: Balance
     assert isinstance(run, PlayRun)
     states = balanced.states()
     second_unit = fleet.ssh(second, "systemctl cat vllm-tiny.service", check=False).stdout
+    first_unit = fleet.ssh(first, "systemctl cat vllm-tiny.service", check=False).stdout
+    pid_after = unit_show(fleet, second, "vllm-tiny.service", "MainPID")["MainPID"]
     print(f"  after the play: {states}; recap {run.recap}")
     assert run.rc != 0 and run.count(first.name, "failed") == 1, run.tail(60)
     assert run.count(second.name, "ok") == 0, "the rollout went on past the failing host"
+    assert "--max-num-seqs 5" in first_unit, "the failing host was not rolled out"
     assert second_unit == unit_before and "--max-num-seqs 5" not in second_unit
+    assert pid_after == pid_before, f"{second.name} was restarted"
     assert states == {first.name: "draining", second.name: "serving"}
     assert_clean(counts)
     assert watch.out_s[second.name] == 0, watch.line()

@@ -42,6 +42,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the e2e test hosts need root"),
 ]
 UPSTREAM = 18000  # port 8000 + vllm_proxy_upstream_port_offset
+VERIFY_ARGS = ("--max-ratio", str(testhosts.VERIFY_MAX_RATIO), "--attempts", "3")
 DEV_ROUTES = [
     ("POST", "/sleep?level=1"),
     ("POST", "/wake_up"),
@@ -206,7 +207,8 @@ def test_load_across_the_sleep_service(lab: Lab, deployed: Path) -> None:
 
 def test_killed_during_warmup_warms_again(lab: Lab, deployed: Path) -> None:
     """SIGKILL to the server while the unit's warmup (ExecStartPost) runs: systemd restarts it
-    (Restart=on-failure) and the next start warms again before the unit counts as active."""
+    (Restart=on-failure), the next start warms again before the unit counts as active, and
+    `warmctl verify` through the proxy passes."""
     fleet, host = lab.fleet, lab.fleet.hosts[1]
     unit = "vllm-tiny.service"
     before = int(unit_show(fleet, host, unit, "NRestarts")["NRestarts"])
@@ -230,6 +232,9 @@ def test_killed_during_warmup_warms_again(lab: Lab, deployed: Path) -> None:
     assert restarts > before
     assert "code=killed, status=9/KILL" in journal
     assert journal.count(f"Started {unit}") == 1  # only the second start completed its warmup
+    verified = warmctl("verify", f"{host.address}:8000", *VERIFY_ARGS, log=lab.dir / "verify.log")
+    print(verified.tail(6))
+    assert verified.rc == 0, verified.describe()
 
 
 def window_from(start: datetime.datetime, name: str) -> dict[str, object]:

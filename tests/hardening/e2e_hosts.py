@@ -66,7 +66,9 @@ def lab() -> Iterator[Lab]:
     path = model.ensure_model(vllmcpu.ensure_venv())
     house = wheelhouse.build()
     e2e_support.PROJECT["path"] = collection.project().path
-    fleet = testhosts.up(2)
+    # the e2e tier's booted hosts as they are (not booted again: a fresh boot's checks, such as
+    # `systemctl is-system-running`, are not about a host that has been deployed and tested)
+    fleet = testhosts.fleet(2) if shared else testhosts.up(2)
     try:
         with wheelhouse.serve(house, fleet.controller) as server:
             for host in fleet.hosts:  # nginx from .debs (the hosts are offline)

@@ -34,7 +34,7 @@ from e2e_support import (
     warmctl,
 )
 from prometheus_client.parser import text_string_to_metric_families
-from tests.lib.testhosts import Fleet, Host
+from tests.lib.testhosts import VERIFY_MAX_RATIO, Fleet, Host
 
 PROM = f"{TEXTFILE_DIR}/warmctl_{INSTANCE}.prom"
 HOST_WARMCTL = "/opt/warmctl/bin/warmctl"
@@ -209,7 +209,10 @@ def test_m6_a_simulated_fleet_takes_about_one_hosts_time(lab: Lab, tmp_path: Pat
                     "ansible_python_interpreter": sys.executable,
                     "vllm_install_warmctl_venv": str(venv),
                     "warmctl_port": d.port,
-                    "vllm_verify_max_ratio": 3,
+                    # the check is the fleet's time; 12 verifies at once share the
+                    # controller's 2 cores with the test hosts, so a stand-in's first token
+                    # (50 ms served) was measured at 150 ms: the test bed's latency bound
+                    "vllm_verify_max_ratio": VERIFY_MAX_RATIO,
                 }
                 for i, d in enumerate(doubles[:count])
             }

@@ -1,7 +1,8 @@
-"""The e2e-hardening tier's test hosts, shared by its modules (proxy, tensor parallel, load
-balancer) in one pytest session: two booted hosts serving the wheelhouse, the installed
-collection, and one proxied deploy (`deployed`). tests/hardening's conftest imports the
-session-scoped fixtures, so they exist once."""
+"""The e2e-hardening modules' test hosts (load balancer, proxy, tensor parallel), shared in one
+pytest session: two booted hosts serving the wheelhouse, the installed collection, and one
+proxied deploy (`deployed`). tests/hardening's conftest imports the session-scoped fixtures, so
+they exist once. The test suite runs these modules in the e2e tier's session (scripts/test.sh),
+on its hosts, which the tier's first deploy has installed; run alone, they boot their own."""
 
 from __future__ import annotations
 

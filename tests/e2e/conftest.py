@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import NOTES, PROJECT, TEXTFILE_DIR, TIMINGS, Lab, PlayRun, record
+from e2e_support import BATCH, NOTES, PROJECT, TEXTFILE_DIR, TIMINGS, Lab, PlayRun, record
 
 HERE = Path(__file__).parent
 
@@ -117,9 +117,7 @@ def base_inventory(lab: Lab) -> Path:
 def first_deploy(lab: Lab, base_inventory: Path) -> PlayRun:
     # both hosts in one batch: the installs overlap (the LB e2e's run 4 covers the serial
     # rollout's stop)
-    return lab.playbook(
-        base_inventory, "-e", "vllm_rollout_serial=2", stage="1. first deploy (site.yml, 2 hosts)"
-    )
+    return lab.playbook(base_inventory, *BATCH, stage="1. first deploy (site.yml, 2 hosts)")
 
 
 @pytest.fixture

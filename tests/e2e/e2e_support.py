@@ -19,6 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 PROJECT: dict[str, Path] = {}
 BIN = Path(sys.executable).parent
 INSTANCE = "tiny"
+# both hosts in one batch, as the first deploy: for deploys whose checks are about what a
+# deploy changes, not the rollout's order (one batch costs one host's time)
+BATCH = ("-e", "vllm_rollout_serial=2")
 UNIT = f"vllm-{INSTANCE}.service"
 # the tier's vllm_service_textfile_dir (node_exporter's textfile collector), in every inventory
 TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"

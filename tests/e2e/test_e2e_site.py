@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from e2e_support import (
+    BATCH,
     UNIT,
     Lab,
     PlayRun,
@@ -26,10 +27,6 @@ from tests.lib.testhosts import DEFAULT_PORT, VERIFY_MAX_RATIO, Fleet, Host
 # what `warmctl warmup` (ExecStartPost) logs when the server is warm
 WARMUP_DONE = re.compile(r": warm in [\d.]+ s")
 
-
-# both hosts in one batch, as the first deploy (conftest): these checks are about what a deploy
-# changes, not the rollout's order, and one batch costs one host's time
-BATCH = ("-e", "vllm_rollout_serial=2")
 
 # the thresholds the inventory gives the verify role (see testhosts.vllm_inventory), for
 # `warmctl verify HOST:PORT` that has no inventory to read them from

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 import yaml
-from e2e_support import UNIT, Lab, PlayRun, record, unit_show, wait_active, warmctl
+from e2e_support import BATCH, UNIT, Lab, PlayRun, record, unit_show, wait_active, warmctl
 from tests.lib.testhosts import DEFAULT_PORT, VERIFY_MAX_RATIO
 
 WORDS = ["status", "of", "the", "nightly", "deploy", "on", "host", "after", "restart", "ok"]
@@ -70,8 +70,7 @@ def test_tune_snippet_is_what_the_deploy_applies(
         base_inventory,
         "-i",
         str(snippet),
-        "-e",
-        "vllm_rollout_serial=2",  # one batch: the hosts restart side by side
+        *BATCH,  # the hosts restart side by side
         stage="tune: deploy with the snippet",
     )
     assert run.rc == 0, run.describe()

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -200,27 +201,70 @@ def test_full_cache_disk_fails_the_start_with_one_clear_line(tmp_path: Path) -> 
     assert unit_values(big.unit_text, "Service", "Restart") == ["on-failure"]
 
 
-@pytest.mark.parametrize("state", ["inactive", "failed", "active"])
+# what a non-root `systemctl` prints on a host without D-Bus (minimal images, containers)
+NO_BUS = "Failed to connect to bus: No such file or directory"
+
+
+@pytest.mark.parametrize("state", ["inactive", "failed", "activating", "active", "no-bus"])
 def test_window_firing_while_the_instance_is_down_does_nothing(tmp_path: Path, state: str) -> None:
-    """ExecCondition: a stopped/failed instance skips the window with one line (systemd then
-    skips ExecStart); an active one goes ahead."""
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    (stub / "systemctl").write_text(
-        f'#!/bin/sh\n[ "$1" = is-active ] || exit 9\n[ "$2" = --quiet ] && '
-        f"{{ [ {state} = active ]; exit $?; }}\necho {state}\n[ {state} = active ]\n"
-    )
-    (stub / "systemctl").chmod(0o755)
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}"}
+    """ExecCondition (run as root: `+`, so no D-Bus is needed): a stopped, failed or starting
+    instance skips the window with one warning line, exit 1 (systemd skips the service) and the
+    skip in the metrics; a state that cannot be read (no bus) is an error line and exit 255
+    (the service fails), never a silent skip; an active one goes ahead, silently."""
+    stub = tmp_path / "systemctl"
+    if state == "no-bus":
+        stub.write_text(f"#!/bin/sh\necho '{NO_BUS}' >&2\nexit 1\n")
+    else:
+        stub.write_text(
+            '#!/bin/sh\n[ "$1 $2 $3 $4" = "show --property=ActiveState --value --" ] || exit 9\n'
+            f"echo {state}\n"
+        )
+    stub.chmod(0o755)
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir()
+    warmctl = str(Path(sys.executable).with_name("warmctl"))
     for name in ("gpu-sleep-proxied", "cpu"):
-        r = rendered(name)
+        instance, host = MATRIX[name]
+        r = render_instance(
+            instance,
+            {
+                **host,
+                "vllm_schedule_systemctl": str(stub),
+                "vllm_service_textfile_dir": str(textfiles),
+            },
+        )
         sleep = next(t for p, t in r.files.items() if p.endswith("-sleep-nights.service"))
-        proc = run_exec(unit_values(sleep, "Service", "ExecCondition")[0], env)
+        (condition,) = unit_values(sleep, "Service", "ExecCondition")
+        assert condition.startswith("+/"), condition  # root: systemd's private socket
+        argv = systemd_split(condition[1:])
+        argv[0] = warmctl
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+        print(f"{name} {state}: rc={proc.returncode} {proc.stderr.strip()}")
+        prom = textfiles / f"warmctl_{r.name}.prom"
         if state == "active":
-            assert proc.returncode == 0 and not proc.stderr
+            assert proc.returncode == 0 and not proc.stderr and not prom.exists()
             continue
-        assert proc.returncode == 1  # 1-254: systemd skips the unit, it does not fail it
-        assert proc.stderr.strip() == f"{r.unit_name} is {state}: sleep of window nights skipped"
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        text = prom.read_text()
+        assert 'warmctl_last_run_success{command="sleep",host=' in text
+        assert f'vllm_instance="{r.name}"}} 0.0' in text
+        if state == "no-bus":
+            assert proc.returncode == 255  # the service fails: systemctl --failed shows it
+            assert lines[0] == (
+                f"warmctl: error: cannot read the state of {r.unit_name}: {stub}: {NO_BUS}: "
+                "sleep of window nights not done"
+            )
+            assert 'reason="error",vllm_instance=' in text
+        else:
+            assert proc.returncode == 1  # 1-254: systemd skips the unit, it does not fail it
+            assert lines[0] == (
+                f"warmctl: warning: {r.unit_name} is {state}: sleep of window nights skipped"
+            )
+            assert f'reason="{state}",vllm_instance=' in text
+        assert 'warmctl_window_skipped_timestamp_seconds{action="sleep"' in text
+        assert 'window="nights"' in text
+        prom.unlink()
 
 
 # What tensor parallel needs from the unit's syscall filter (docs/SECURITY.md, "Tensor parallel"):

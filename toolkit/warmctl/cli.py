@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "relaunch": ("relaunch", "Replace a launcher-run server from its imported vLLM, then warm it."),
     "wake": ("wake", "Wake a sleeping server (reloading weights after level 2), then warm it."),
     "verify": ("verify", "Measure first-request vs steady TTFT and decode speed; PASS/FAIL."),
+    "window-check": (
+        "window_check",
+        "Exit 0 if an instance's unit is active, so its window may act; else say why not.",
+    ),
     "calendar": ("calendar", "Convert a cron expression to a systemd OnCalendar expression."),
     "render": ("render", "Render an instance's systemd unit, env file and timers from templates/."),
     "tune": ("tune", "Propose capture sizes, limits, warmup and KV cache from a host's traffic."),

@@ -105,6 +105,11 @@ METRICS: dict[str, Spec] = {
         "no check ran).",
         owner="wake",
     ),
+    "warmctl_window_skipped_timestamp_seconds": Spec(
+        "When a window's sleep or wake last did not happen, by action, window and reason (the "
+        "unit's state then, or error: its state could not be read).",
+        ("action", "window", "reason"),
+    ),
     "warmctl_state": Spec(
         "What the last command left the instance in: 1 for its state (awake, asleep, error).",
         ("state",),
@@ -203,7 +208,8 @@ def update(
     """Merge one command's results into the instance's textfile; return its path.
 
     `values`: metric -> value, or -> {label value: value} for the metric's one extra label
-    (warmctl_verify_result's result); None leaves the metric out. Every metric `command` owns
+    (warmctl_verify_result's result), or -> {(label values...): value} for a metric of several
+    extra labels; None leaves the metric out. Every metric `command` owns
     is replaced (a failed verify leaves no stale TTFT behind); the others are kept.
     """
     if command not in COMMANDS:
@@ -234,9 +240,10 @@ def update(
                     continue
                 spec = METRICS[name]
                 if isinstance(value, Mapping):
-                    (extra,) = spec.labels
-                    for label_value, v in value.items():
-                        samples[_key(name, {**base, extra: label_value})] = float(v)
+                    for label_values, v in value.items():
+                        vals = label_values if isinstance(label_values, tuple) else (label_values,)
+                        extra = dict(zip(spec.labels, vals, strict=True))
+                        samples[_key(name, {**base, **extra})] = float(v)
                 else:
                     samples[_key(name, base)] = float(value)
             if state is not None:
@@ -352,3 +359,15 @@ def record(
             ok = False
         state = "awake" if ok else "error"
     return update(directory, who, command, values, ok=ok, state=state)
+
+
+def record_window_skip(
+    directory: str, instance: str, action: str, window: str, reason: str
+) -> Path:
+    """A window's sleep or wake that did not happen: its command's last run counts as failed
+    (the alert on warmctl_last_run_success fires), and when and why is kept per window."""
+    if action not in ("sleep", "wake"):
+        raise ValueError(f"unknown window action {action!r}")
+    who = Instance(instance, socket.gethostname())
+    values = {"warmctl_window_skipped_timestamp_seconds": {(action, window, reason): time.time()}}
+    return update(directory, who, action, values, ok=False)

@@ -49,6 +49,16 @@ class Target:
         )
 
 
+def is_loopback(host: str) -> bool:
+    """`host` is this machine: localhost or a loopback address (127.0.0.0/8, ::1)."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
 def _bad(text: str, why: str) -> WarmctlError:
     return WarmctlError(
         f"bad host {text!r}: {why} (expected HOST, HOST:PORT, [IPv6]:PORT or http(s)://HOST[:PORT])",

@@ -15,8 +15,10 @@ from typing import Any
 
 from warmctl.client import Client
 from warmctl.errors import WarmctlError
+from warmctl.modelfiles import chat_template
 from warmctl.prompts import PromptSet, resolve_prompts
 from warmctl.stream import StreamResult, stream_completion
+from warmctl.target import is_loopback
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 DEFAULT_MAX_BATCH = 64
@@ -306,7 +308,14 @@ def warmup(
         phase.seconds = time.monotonic() - t0
         report.phases.append(phase)
 
-    # 4. chat route (its own template rendering and detokenizer paths)
+    # 4. chat route (its own template rendering and detokenizer paths). Asked only when the
+    # model may have a chat template: vLLM logs a refused chat request as an ERROR line.
+    if chat is None and is_loopback(client.target.host):
+        has_template, where = chat_template(str(chosen.get("root") or report.model))
+        if has_template is False:
+            chat = False
+            report.chat = False
+            report.chat_note = f"skipped: the model has no chat template ({where})"
     if chat is not False:
         phase = Phase("chat")
         t0 = time.monotonic()
@@ -328,7 +337,7 @@ def warmup(
             phase.note = report.chat_note
         phase.seconds = time.monotonic() - t0
         report.phases.append(phase)
-    else:
+    elif not report.chat_note:
         report.chat_note = "skipped (--no-chat)"
 
     report.total_s = time.monotonic() - started

@@ -293,3 +293,14 @@ def test_5b_restart_playbook_relaunches_a_launcher_instance_in_place(lab: Lab, d
 
 # 7 (a host failing verification stops the serial rollout, the next host untouched) is checked
 # under load in tests/hardening/test_e2e_lb.py (run 4), on these same hosts in the same session.
+
+
+def test_8_no_error_line_in_the_servers_journal_from_what_warmctl_sent(lab: Lab, deployed: PlayRun):
+    """Across the deploys, warmups, verifies, the timers' stops and starts and the relaunch
+    above, vLLM logged no ERROR line: nothing warmctl sends is refused (a refused request is an
+    ERROR line in the unit's journal, and operators alert on those)."""
+    fleet = lab.fleet
+    for host in fleet.hosts:
+        log = fleet.ssh(host, f"journalctl -u {UNIT} --no-pager -o cat", check=False).stdout
+        errors = [line for line in log.splitlines() if re.search(r"\bERROR\b", line)]
+        assert not errors, f"{host.name}: " + "\n".join(errors[:10])

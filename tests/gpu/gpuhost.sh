@@ -1,0 +1,82 @@
+#!/bin/bash
+# A systemd GPU host on the lent GPU machine, whose PID 1 is not systemd.
+# A systemd-nspawn container over the image's own /usr (an overlay adds Debian 12's systemd and
+# D-Bus), with the GPU's device nodes and the NVIDIA driver bound in. Inside it systemd is PID 1
+# and units run as on a GPU server: User=, the sandbox (ProtectSystem, DevicePolicy,
+# SystemCallFilter, ...), timers, journald, `systemctl` over D-Bus as a non-root user.
+# It shares the machine's network (vLLM on 127.0.0.1:PORT inside is 127.0.0.1:PORT outside).
+#
+# The GPU e2e's host (tests/gpu/run.sh boots it); the kit folder ($GPUHOST_KIT, default
+# .gpu-e2e, made by tests/gpu/prepare.sh) holds deb/ with Debian 12's systemd, nspawn and D-Bus.
+#   bash tests/gpu/gpuhost.sh up            boot it (~10 s); prints HOST_PID and ROOT
+#   bash tests/gpu/gpuhost.sh exec CMD...   run CMD inside it, as root, in all its namespaces
+#   bash tests/gpu/gpuhost.sh down          power it off
+# What is inside: the image's Python 3.12 (/usr/bin/python3.12) and its torch venv at
+# /opt/torch/.venv (read-only); the vLLM bundle at /srv/site and the model at /srv/models/NAME
+# (both readable by any user; run .gpu/setup.sh first); /opt, /etc, /var, /srv writable.
+# A GPU server's driver lives in the loader's path: here /usr/local/nvidia/lib64 via ld.so.conf.d.
+set -euo pipefail
+G=$(cd "${GPUHOST_KIT:-.gpu-e2e}" && pwd)
+ROOT=${GPUHOST_ROOT:-/tmp/gpuhost}
+ST=/tmp/gpuhost-state
+cmd=${1:-}; shift || true
+
+hostpid() { cat "$ST/pid" 2>/dev/null; }
+
+up() {
+  [ -d "$G/deb" ] || { echo "gpuhost: no $G/deb (run tests/gpu/prepare.sh on a CPU machine)" >&2; exit 2; }
+  [ -s "$ST/pid" ] && kill -0 "$(hostpid)" 2>/dev/null && { echo "HOST_PID=$(hostpid) ROOT=$ROOT (already up)"; return; }
+  mkdir -p "$ST/sd" "$ST/fs"
+  for d in "$G"/deb/*.deb; do dpkg -x "$d" "$ST/sd"; done
+  mountpoint -q "$ST/fs" || mount -t tmpfs tmpfs "$ST/fs"
+  mkdir -p "$ST/fs/u/usr/lib/x86_64-linux-gnu" "$ST/fs/w"
+  # Debian 12 ships systemd under /lib, /bin, /sbin: fold them into usr/ (the image is merged-usr)
+  cp -a --update=none "$ST/sd/usr/." "$ST/fs/u/usr/"
+  for top in lib bin sbin; do [ -d "$ST/sd/$top" ] && mkdir -p "$ST/fs/u/usr/$top" && cp -a --update=none "$ST/sd/$top/." "$ST/fs/u/usr/$top/"; done
+  # the image's own libraries win: an older Debian build must not shadow one the image has
+  (cd "$ST/fs/u/usr/lib/x86_64-linux-gnu" && for f in *.so*; do [ -e "/usr/lib/x86_64-linux-gnu/$f" ] && rm -rf "$f"; done) || true
+  mkdir -p "$ROOT"/{etc,var,root,tmp,home,opt/torch,srv/site,srv/models,run,proc,sys,dev,mnt,usr}
+  for l in bin lib lib64 sbin; do [ -L "/$l" ] && ln -sfn "$(readlink "/$l")" "$ROOT/$l"; done
+  mountpoint -q "$ROOT/usr" || mount -t overlay overlay -o "lowerdir=/usr,upperdir=$ST/fs/u/usr,workdir=$ST/fs/w" "$ROOT/usr"
+  mountpoint -q "$ROOT/usr/local/nvidia" || mount --bind /usr/local/nvidia "$ROOT/usr/local/nvidia"
+  cp -a /etc/. "$ROOT/etc/"; cp -a --update=none "$ST/sd/etc/." "$ROOT/etc/"
+  tr -d - < /proc/sys/kernel/random/uuid > "$ROOT/etc/machine-id"
+  printf '/usr/local/nvidia/lib64\n/usr/local/nvidia/lib\n' > "$ROOT/etc/ld.so.conf.d/zz-nvidia.conf"
+  id messagebus >/dev/null 2>&1 || chroot "$ROOT" /usr/sbin/useradd --system --no-create-home messagebus 2>/dev/null || true
+  mkdir -p "$ROOT/etc/systemd/system/sockets.target.wants"
+  ln -sf /usr/lib/systemd/system/dbus.socket "$ROOT/etc/systemd/system/sockets.target.wants/dbus.socket"
+  [ -d /root/models ] && cp -rL --update=none /root/models/. "$ROOT/srv/models/" && chmod -R a+rX "$ROOT/srv/models"
+  [ -d /root/site ] && { mountpoint -q "$ROOT/srv/site" || mount --bind /root/site "$ROOT/srv/site"; }
+  mkdir -p /run/systemd; mountpoint -q /run/systemd || mount -t tmpfs tmpfs /run/systemd
+  mkdir -p /sys/fs/cgroup/gpuhost
+  local devs=()
+  for d in /dev/nvidia*; do [ -c "$d" ] && devs+=("--bind=$d"); done
+  [ -d /dev/nvidia-caps ] && devs+=("--bind=/dev/nvidia-caps")
+  local ldp="$ST/sd/usr/lib/x86_64-linux-gnu/systemd:$ST/sd/usr/lib/x86_64-linux-gnu:$ST/sd/lib/x86_64-linux-gnu"
+  # started from a cgroup of its own (nspawn --keep-unit makes payload/ and supervisor/ under it)
+  setsid bash -c "echo \$\$ > /sys/fs/cgroup/gpuhost/cgroup.procs; exec env LD_LIBRARY_PATH=$ldp $ST/sd/usr/bin/systemd-nspawn \
+    -D $ROOT -M gpuhost --boot --register=no --keep-unit --link-journal=no --console=pipe \
+    --bind-ro=/opt/torch ${devs[*]}" > "$ST/nspawn.log" 2>&1 < /dev/null &
+  local pid=""
+  for _ in $(seq 60); do
+    sleep 0.5
+    for p in $(pgrep -x systemd || true); do grep -q gpuhost "/proc/$p/cgroup" 2>/dev/null && pid=$p; done
+    [ -n "$pid" ] && break
+  done
+  [ -n "$pid" ] || { echo "gpuhost: systemd did not start" >&2; tail -20 "$ST/nspawn.log" >&2; exit 1; }
+  echo "$pid" > "$ST/pid"
+  timeout 60 nsenter -t "$pid" -a /usr/bin/systemctl is-system-running --wait >/dev/null || true
+  nsenter -t "$pid" -a /usr/sbin/ldconfig
+  echo "HOST_PID=$pid ROOT=$ROOT state=$(nsenter -t "$pid" -a /usr/bin/systemctl is-system-running || true)"
+}
+
+case "$cmd" in
+  up) up ;;
+  exec) [ -n "$(hostpid)" ] || { echo "gpuhost: not up" >&2; exit 2; }; exec nsenter -t "$(hostpid)" -a "$@" ;;
+  down)
+    p=$(hostpid) || true
+    if [ -n "$p" ]; then nsenter -t "$p" -a /usr/bin/systemctl poweroff >/dev/null 2>&1 || kill "$p" 2>/dev/null || true; fi
+    for _ in $(seq 30); do [ -n "$p" ] && kill -0 "$p" 2>/dev/null || break; sleep 0.5; done
+    rm -f "$ST/pid"; echo "gpuhost: down" ;;
+  *) echo "usage: gpuhost.sh up | exec CMD... | down" >&2; exit 2 ;;
+esac

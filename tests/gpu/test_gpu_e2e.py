@@ -1,0 +1,344 @@
+"""The collection on a real systemd GPU host (marker `gpu`): run by tests/gpu/run.sh on the lent
+GPU machine, skipped anywhere else (CI has no GPU).
+
+The host is a systemd-nspawn container (tests/gpu/gpuhost.sh) with the H200 bound in; the
+controller is ansible-core inside it (local connection), the collection installed from its
+tarball with ansible-galaxy; vLLM is the interpreter the host already has
+(`vllm_install_vllm_python`). The tests run in order, each on what the one before left:
+
+1. `warmctl.vllm.site`: one instance, `gpus: [0]`, the launcher, the proxy in front, two windows
+   (level 1, level 2): active only after its warmup, verify passes through the proxy, the
+   sandbox's exposure <= 4.0;
+2. the same deploy again: changed=0;
+3. the windows due in a minute or two (a deploy that moves them): the timers fire, sleep the
+   real engine through the gate (GPU memory freed, /is_sleeping true, the proxy 503 "asleep"),
+   then wake it with the output check passing, at level 1 and at level 2;
+4. `warmctl.vllm.restart`: a relaunch under the launcher (MainPID and NRestarts unchanged);
+5. a deploy that changes a vLLM argument: a restart, verify passes, the server has it;
+6. no ERROR line in the server's journal from anything warmctl sent.
+
+Figures go to $WARMCTL_GPU_OUT/gpu-e2e.json (and each playbook's output beside it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+GPUHOST = os.environ.get("WARMCTL_GPUHOST", "")
+HOST_ROOT = Path(os.environ.get("WARMCTL_GPUHOST_ROOT", "/tmp/gpuhost"))
+OUT = Path(os.environ.get("WARMCTL_GPU_OUT", "/tmp/gpu-e2e-out"))
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not GPUHOST, reason="no GPU host: tests/gpu/run.sh on a GPU machine"),
+]
+
+NAME = "qwen"
+UNIT = f"vllm-{NAME}.service"
+PORT = 8000  # nginx, the clients' door
+UPSTREAM = PORT + 10000  # vLLM on loopback (vllm_proxy_upstream_port_offset)
+MODEL = "/srv/models/qwen3-0.6b-random"
+TEXTFILE_DIR = "/var/lib/node_exporter/textfile"
+WARMCTL = "/opt/warmctl/bin/warmctl"
+PATH = "/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+FIGURES: dict[str, Any] = {}
+
+
+def save() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "gpu-e2e.json").write_text(json.dumps(FIGURES, indent=2, sort_keys=True) + "\n")
+
+
+def host(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run ARGV inside the GPU host, as root, with a clean environment."""
+    cmd = ["bash", GPUHOST, "exec", "env", "-i", f"PATH={PATH}", "HOME=/root", "LANG=C.UTF-8"]
+    return subprocess.run(
+        [*cmd, *argv], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def sh(script: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return host("sh", "-c", script, timeout=timeout)
+
+
+def show(unit: str, *props: str) -> dict[str, str]:
+    proc = host("systemctl", "show", unit, *(f"--property={p}" for p in props))
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+
+
+def journal(unit: str, since: str = "") -> str:
+    extra = f" --since '{since}'" if since else ""
+    return sh(f"journalctl --no-pager -o short-precise -u '{unit}'{extra}").stdout
+
+
+def host_time() -> float:
+    return float(host("date", "+%s.%N").stdout.strip())
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float, every: float = 0.5) -> float:
+    """Poll CHECK until it returns something true; the seconds it took."""
+    t0 = time.monotonic()
+    last: Any = None
+    while time.monotonic() - t0 < timeout:
+        last = check()
+        if last:
+            return time.monotonic() - t0
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
+
+
+def get(url: str, timeout: float = 10) -> tuple[int, str]:
+    import requests
+
+    try:
+        r = requests.get(url, timeout=timeout)
+    except requests.RequestException as err:
+        return 0, str(err)
+    return r.status_code, r.text
+
+
+def gpu_memory_mib() -> int:
+    proc = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(proc.stdout.strip().splitlines()[0])
+
+
+def textfile() -> str:
+    path = HOST_ROOT / TEXTFILE_DIR.lstrip("/") / f"warmctl_{NAME}.prom"
+    return path.read_text() if path.exists() else ""
+
+
+def metric(name: str, text: str | None = None) -> float | None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text if text is not None else textfile()):
+        for s in family.samples:
+            if s.name == name:
+                return float(s.value)
+    return None
+
+
+WINDOWS_FAR = [
+    {"name": "l1", "sleep": "0 3 * * *", "wake": "5 3 * * *", "level": 1},
+    {"name": "l2", "sleep": "10 3 * * *", "wake": "15 3 * * *", "level": 2},
+]
+
+
+def inventory(windows: list[dict[str, Any]], **instance: Any) -> None:
+    import yaml
+
+    item = {
+        "name": NAME,
+        "model": MODEL,
+        "served_model_name": "m",
+        "port": PORT,
+        "gpus": [0],
+        "max_num_seqs": 64,
+        "windows": windows,
+        **instance,
+    }
+    data = {
+        "vllm": {
+            "hosts": {
+                "gpuhost": {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": "/opt/torch/.venv/bin/python",
+                    "ansible_become": False,
+                }
+            },
+            "vars": {
+                "vllm_preflight_device": "gpu",
+                # a GPU server whose image already has vLLM: checked, left alone
+                "vllm_install_vllm_python": "/opt/vllm-provided/bin/python",
+                "vllm_install_python": "/usr/bin/python3.12",
+                "vllm_install_packages_preinstalled": True,
+                "vllm_install_system_packages": [],
+                "vllm_install_pip_no_index": True,
+                "vllm_install_pip_find_links": ["/srv/kit/wheels/host"],
+                "vllm_proxy_install_package": False,  # nginx unpacked by run.sh (no apt here)
+                "vllm_service_launcher": True,
+                "vllm_service_textfile_dir": TEXTFILE_DIR,
+                "vllm_service_env": {"VLLM_USE_FLASHINFER_SAMPLER": "0", "DO_NOT_TRACK": "1"},
+                "vllm_service_instances": [item],
+            },
+        }
+    }
+    (HOST_ROOT / "srv/project/inventory.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+def playbook(stage: str, name: str, *args: str, timeout: float = 580) -> dict[str, Any]:
+    t0 = time.monotonic()
+    quoted = " ".join(f"'{a}'" for a in args)
+    proc = sh(
+        f"cd /srv/project && ansible-playbook warmctl.vllm.{name} -i inventory.yml {quoted}",
+        timeout=timeout,
+    )
+    took = time.monotonic() - t0
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"playbook-{stage}.log").write_text(proc.stdout + proc.stderr)
+    recap = RECAP.findall(proc.stdout)
+    result = {"rc": proc.returncode, "seconds": round(took, 1)}
+    if recap:
+        _, ok, changed, _unreachable, failed = recap[-1]
+        result.update(ok=int(ok), changed=int(changed), failed=int(failed))
+    FIGURES.setdefault("playbooks", {})[stage] = result
+    save()
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return {**result, "output": proc.stdout}
+
+
+def verify_through_proxy() -> dict[str, Any]:
+    proc = host(WARMCTL, "verify", f"127.0.0.1:{PORT}", "--json", timeout=300)
+    [report] = json.loads(proc.stdout)["results"]
+    assert proc.returncode == 0 and report["status"] == "PASS", proc.stdout + proc.stderr
+    return {k: report.get(k) for k in ("first_ttft_s", "steady_median_ttft_s", "ratio")}
+
+
+def test_1_site_deploy_on_the_gpu_host() -> None:
+    inventory(WINDOWS_FAR)
+    run = playbook("site", "site")
+    state = show(UNIT, "ActiveState", "MainPID", "NRestarts")
+    assert state["ActiveState"] == "active", state
+    text = journal(UNIT)
+    (OUT / "journal-first-start.log").write_text(text)
+    # active only after the warmup: systemd's "Started" comes after the warmup's "warm in"
+    warm = text.find(": warm in ")
+    started = text.find(f"Started {UNIT}")
+    assert 0 <= warm < started, "the unit counted as started before its warmup finished"
+    assert "vllm-launch: imported" in text  # under the pre-imported launcher
+    assert re.search(r"PASS", run["output"]), "the deploy's verify gate did not say PASS"
+    FIGURES["site"] = {"verify_through_proxy": verify_through_proxy(), **state}
+    sec = host("systemd-analyze", "security", "--no-pager", UNIT)
+    match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", sec.stdout + sec.stderr)
+    assert match, sec.stdout[-2000:] + sec.stderr
+    FIGURES["site"]["exposure"] = float(match.group(1))
+    save()
+    assert float(match.group(1)) <= 4.0
+    # the provided interpreter was left alone: no venv where the role would have made one
+    assert host("test", "-e", "/opt/vllm/venv").returncode != 0
+
+
+def test_2_second_run_changes_nothing() -> None:
+    run = playbook("second-run", "site")
+    assert run["changed"] == 0, re.findall(r"^changed: .*$", run["output"], re.M)
+
+
+def oncalendar(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def test_3_windows_sleep_and_wake_the_real_engine() -> None:
+    # the windows move to the next minutes (a deploy that changes only the timers); each fires
+    # on its own, as it would at night
+    start = host_time() + 75
+    steps = {"l1": (start, start + 25), "l2": (start + 50, start + 80)}
+    windows = [
+        {"name": n, "sleep": oncalendar(s), "wake": oncalendar(w), "level": i + 1}
+        for i, (n, (s, w)) in enumerate(steps.items())
+    ]
+    inventory(windows)
+    run = playbook("windows", "site", "--tags", "vllm_schedule")
+    assert show(UNIT, "ActiveState")["ActiveState"] == "active"
+    awake_mib = gpu_memory_mib()
+    FIGURES["windows"] = {"deploy": run["seconds"], "gpu_mib_awake": awake_mib}
+    for level, (name, (sleep_at, wake_at)) in enumerate(steps.items(), start=1):
+        fig: dict[str, Any] = {}
+
+        def asleep() -> bool:
+            code, body = get(f"http://127.0.0.1:{UPSTREAM}/is_sleeping")
+            return code == 200 and json.loads(body).get("is_sleeping") is True
+
+        wait_for(f"{name}: sleep timer", asleep, timeout=sleep_at - host_time() + 90)
+        fig["slept_after_s"] = round(host_time() - sleep_at, 2)
+        sleep_unit = f"vllm-{NAME}-sleep-{name}.service"
+        wait_for(
+            f"{name}: sleep service done",
+            lambda u=sleep_unit: show(u, "ActiveState")["ActiveState"] == "inactive",
+            timeout=60,
+        )
+        result = show(sleep_unit, "Result", "ExecMainStatus")
+        assert result["Result"] == "success", result
+        fig["gpu_mib_asleep"] = gpu_memory_mib()
+        code, body = get(f"http://127.0.0.1:{PORT}/v1/models")
+        assert code == 503 and '"state": "asleep"' in body, (code, body)
+        fig["proxy"] = code
+        assert fig["gpu_mib_asleep"] < awake_mib / 4, (fig, awake_mib)
+
+        def awake() -> bool:
+            code, body = get(f"http://127.0.0.1:{UPSTREAM}/is_sleeping")
+            return code == 200 and json.loads(body).get("is_sleeping") is False
+
+        wait_for(f"{name}: wake timer", awake, timeout=wake_at - host_time() + 90)
+        wake_unit = f"vllm-{NAME}-wake-{name}.service"
+        wait_for(
+            f"{name}: wake service done",
+            lambda u=wake_unit: show(u, "ActiveState")["ActiveState"] == "inactive",
+            timeout=120,
+        )
+        result = show(wake_unit, "Result", "ExecMainStatus")
+        assert result["Result"] == "success", (result, journal(wake_unit)[-3000:])
+        fig["woke_after_s"] = round(host_time() - wake_at, 2)
+        prom = textfile()
+        fig["sleep_level"] = metric("warmctl_sleep_level", prom)
+        fig["sleep_s"] = metric("warmctl_sleep_duration_seconds", prom)
+        fig["wake_s"] = metric("warmctl_wake_duration_seconds", prom)
+        fig["wake_output_check_ok"] = metric("warmctl_wake_output_check_ok", prom)
+        fig["journal"] = (
+            journal(sleep_unit).splitlines()[-6:] + journal(wake_unit).splitlines()[-8:]
+        )
+        FIGURES["windows"][name] = fig
+        save()
+        assert fig["sleep_level"] == level
+        assert fig["wake_output_check_ok"] == 1
+        code, _ = get(f"http://127.0.0.1:{PORT}/v1/models")
+        assert code == 200
+    FIGURES["windows"]["verify_after"] = verify_through_proxy()
+    save()
+
+
+def test_4_restart_playbook_relaunches_under_the_launcher() -> None:
+    before = show(UNIT, "MainPID", "NRestarts")
+    run = playbook("restart", "restart")
+    after = show(UNIT, "MainPID", "NRestarts", "ActiveState")
+    FIGURES["restart"] = {"seconds": run["seconds"], "before": before, "after": after}
+    save()
+    assert after["ActiveState"] == "active"
+    assert after["MainPID"] == before["MainPID"] and after["NRestarts"] == before["NRestarts"]
+    assert "vllm-launch: relaunch" in journal(UNIT)
+
+
+def test_5_a_changed_vllm_argument_restarts_and_verifies() -> None:
+    before = show(UNIT, "MainPID")
+    inventory(WINDOWS_FAR, max_num_seqs=48)
+    run = playbook("config-change", "site")
+    after = show(UNIT, "MainPID", "ActiveState")
+    FIGURES["config_change"] = {"seconds": run["seconds"], "before": before, "after": after}
+    assert after["ActiveState"] == "active" and after["MainPID"] != before["MainPID"]
+    argv = host("systemctl", "show", UNIT, "--property=ExecStart").stdout
+    assert re.search(r"--max-num-seqs 48\b", argv), argv
+    # the new server has it: vLLM logs its non-default arguments at start
+    since = journal(UNIT).rsplit("vllm-launch: imported", 1)[-1]
+    assert "'max_num_seqs': 48" in since, since[-3000:]
+    FIGURES["config_change"]["verify_through_proxy"] = verify_through_proxy()
+    save()
+
+
+def test_6_no_error_line_in_the_servers_journal() -> None:
+    text = sh("journalctl --no-pager -o short-precise -u 'vllm-*'").stdout
+    errors = [line for line in text.splitlines() if re.search(r"\bERROR\b", line)]
+    FIGURES["journal_error_lines"] = errors[:20]
+    save()
+    assert not errors, "\n".join(errors[:20])

@@ -17,8 +17,10 @@
 # A GPU server's driver lives in the loader's path: here /usr/local/nvidia/lib64 via ld.so.conf.d.
 set -euo pipefail
 G=$(cd "${GPUHOST_KIT:-.gpu-e2e}" && pwd)
-ROOT=${GPUHOST_ROOT:-/tmp/gpuhost}
-ST=/tmp/gpuhost-state
+# several hosts side by side: GPUHOST_NAME=gpuhost2 (machine name, root, state, cgroup)
+NAME=${GPUHOST_NAME:-gpuhost}
+ROOT=${GPUHOST_ROOT:-/tmp/$NAME}
+ST=/tmp/$NAME-state
 cmd=${1:-}; shift || true
 
 hostpid() { cat "$ST/pid" 2>/dev/null; }
@@ -48,19 +50,19 @@ up() {
   [ -d /root/models ] && cp -rL --update=none /root/models/. "$ROOT/srv/models/" && chmod -R a+rX "$ROOT/srv/models"
   [ -d /root/site ] && { mountpoint -q "$ROOT/srv/site" || mount --bind /root/site "$ROOT/srv/site"; }
   mkdir -p /run/systemd; mountpoint -q /run/systemd || mount -t tmpfs tmpfs /run/systemd
-  mkdir -p /sys/fs/cgroup/gpuhost
+  mkdir -p "/sys/fs/cgroup/$NAME"
   local devs=()
   for d in /dev/nvidia*; do [ -c "$d" ] && devs+=("--bind=$d"); done
   [ -d /dev/nvidia-caps ] && devs+=("--bind=/dev/nvidia-caps")
   local ldp="$ST/sd/usr/lib/x86_64-linux-gnu/systemd:$ST/sd/usr/lib/x86_64-linux-gnu:$ST/sd/lib/x86_64-linux-gnu"
   # started from a cgroup of its own (nspawn --keep-unit makes payload/ and supervisor/ under it)
-  setsid bash -c "echo \$\$ > /sys/fs/cgroup/gpuhost/cgroup.procs; exec env LD_LIBRARY_PATH=$ldp $ST/sd/usr/bin/systemd-nspawn \
-    -D $ROOT -M gpuhost --boot --register=no --keep-unit --link-journal=no --console=pipe \
+  setsid bash -c "echo \$\$ > /sys/fs/cgroup/$NAME/cgroup.procs; exec env LD_LIBRARY_PATH=$ldp $ST/sd/usr/bin/systemd-nspawn \
+    -D $ROOT -M $NAME --boot --register=no --keep-unit --link-journal=no --console=pipe \
     --bind-ro=/opt/torch ${devs[*]}" > "$ST/nspawn.log" 2>&1 < /dev/null &
   local pid=""
   for _ in $(seq 60); do
     sleep 0.5
-    for p in $(pgrep -x systemd || true); do grep -q gpuhost "/proc/$p/cgroup" 2>/dev/null && pid=$p; done
+    for p in $(pgrep -x systemd || true); do grep -q "/$NAME/" "/proc/$p/cgroup" 2>/dev/null && pid=$p; done
     [ -n "$pid" ] && break
   done
   [ -n "$pid" ] || { echo "gpuhost: systemd did not start" >&2; tail -20 "$ST/nspawn.log" >&2; exit 1; }

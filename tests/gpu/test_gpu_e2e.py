@@ -26,6 +26,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,13 +34,18 @@ from typing import Any
 
 import pytest
 
-GPUHOST = os.environ.get("WARMCTL_GPUHOST", "")
-HOST_ROOT = Path(os.environ.get("WARMCTL_GPUHOST_ROOT", "/tmp/gpuhost"))
+# "NAME:PID NAME:PID": the hosts tests/gpu/run.sh booted (the PID of each one's systemd)
+HOSTS = dict(h.split(":", 1) for h in os.environ.get("WARMCTL_GPUHOSTS", "").split() if ":" in h)
 OUT = Path(os.environ.get("WARMCTL_GPU_OUT", "/tmp/gpu-e2e-out"))
+PROJECT = Path(os.environ.get("WARMCTL_GPU_PROJECT", "/root/gpu-project"))
+ANSIBLE_PATH = os.environ.get("WARMCTL_ANSIBLE_PATH", "")
+PLUGINS = Path(__file__).parent / "connection_plugins"
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not GPUHOST, reason="no GPU host: tests/gpu/run.sh on a GPU machine"),
+    pytest.mark.skipif(not HOSTS, reason="no GPU host: tests/gpu/run.sh on a GPU machine"),
 ]
+FIRST = next(iter(HOSTS), "gpuhost")
+HOST_ROOT = Path(f"/tmp/{FIRST}")
 
 NAME = "qwen"
 UNIT = f"vllm-{NAME}.service"
@@ -57,16 +63,17 @@ def save() -> None:
     (OUT / "gpu-e2e.json").write_text(json.dumps(FIGURES, indent=2, sort_keys=True) + "\n")
 
 
-def host(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run ARGV inside the GPU host, as root, with a clean environment."""
-    cmd = ["bash", GPUHOST, "exec", "env", "-i", f"PATH={PATH}", "HOME=/root", "LANG=C.UTF-8"]
+def host(*argv: str, timeout: float = 600, on: str = "") -> subprocess.CompletedProcess[str]:
+    """Run ARGV inside a GPU host (default: the first), as root, with a clean environment."""
+    pid = HOSTS[on or FIRST]
+    cmd = ["nsenter", "-t", pid, "-a", "env", "-i", f"PATH={PATH}", "HOME=/root", "LANG=C.UTF-8"]
     return subprocess.run(
         [*cmd, *argv], capture_output=True, text=True, timeout=timeout, check=False
     )
 
 
-def sh(script: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return host("sh", "-c", script, timeout=timeout)
+def sh(script: str, timeout: float = 600, on: str = "") -> subprocess.CompletedProcess[str]:
+    return host("sh", "-c", script, timeout=timeout, on=on)
 
 
 def show(unit: str, *props: str) -> dict[str, str]:
@@ -134,66 +141,105 @@ WINDOWS_FAR = [
 ]
 
 
-def inventory(windows: list[dict[str, Any]], **instance: Any) -> None:
-    import yaml
-
-    item = {
+def instance(port: int = PORT, **overrides: Any) -> dict[str, Any]:
+    return {
         "name": NAME,
         "model": MODEL,
         "served_model_name": "m",
-        "port": PORT,
+        "port": port,
         "gpus": [0],
         "max_num_seqs": 64,
-        "windows": windows,
-        **instance,
+        "windows": WINDOWS_FAR,
+        **overrides,
     }
+
+
+GROUP_VARS: dict[str, Any] = {
+    "vllm_preflight_device": "gpu",
+    "vllm_install_python": "/usr/bin/python3.12",
+    "vllm_install_packages_preinstalled": True,
+    "vllm_install_system_packages": [],
+    "vllm_install_pip_no_index": True,
+    "vllm_install_pip_find_links": ["/srv/kit/wheels/host"],
+    "vllm_proxy_install_package": False,  # nginx unpacked by run.sh (no apt here)
+    "vllm_service_launcher": True,
+    "vllm_service_textfile_dir": TEXTFILE_DIR,
+    "vllm_service_env": {"VLLM_USE_FLASHINFER_SAMPLER": "0", "DO_NOT_TRACK": "1"},
+}
+
+
+def provided_vllm() -> dict[str, str]:
+    """A GPU server whose image already has vLLM: checked, left alone (vllm_install_vllm_python;
+    a collection from before it: the venv given as vllm_install_venv, whose pinned vLLM the role
+    finds installed)."""
+    defaults = PROJECT / "collections/ansible_collections/warmctl/vllm/roles/vllm_install"
+    known = "vllm_install_vllm_python" in (defaults / "defaults/main.yml").read_text()
+    if known:
+        return {"vllm_install_vllm_python": "/opt/vllm-provided/bin/python"}
+    return {"vllm_install_venv": "/opt/vllm-provided"}
+
+
+def inventory(windows: list[dict[str, Any]] | None = None, **overrides: Any) -> None:
+    """The first host alone, its one instance (`overrides` on it)."""
+    write_inventory({FIRST: [instance(windows=windows or WINDOWS_FAR, **overrides)]})
+
+
+def write_inventory(hosts: dict[str, list[dict[str, Any]]], **group: Any) -> None:
+    import yaml
+
     data = {
         "vllm": {
             "hosts": {
-                "gpuhost": {
-                    "ansible_connection": "local",
+                name: {
+                    "ansible_connection": "nsenter",
+                    "ansible_host": HOSTS.get(name, ""),
                     "ansible_python_interpreter": "/opt/torch/.venv/bin/python",
-                    "ansible_become": False,
+                    "ansible_become": False,  # root already (no sudo there)
+                    "vllm_service_instances": items,
                 }
+                for name, items in hosts.items()
             },
-            "vars": {
-                "vllm_preflight_device": "gpu",
-                # a GPU server whose image already has vLLM: checked, left alone
-                "vllm_install_vllm_python": "/opt/vllm-provided/bin/python",
-                "vllm_install_python": "/usr/bin/python3.12",
-                "vllm_install_packages_preinstalled": True,
-                "vllm_install_system_packages": [],
-                "vllm_install_pip_no_index": True,
-                "vllm_install_pip_find_links": ["/srv/kit/wheels/host"],
-                "vllm_proxy_install_package": False,  # nginx unpacked by run.sh (no apt here)
-                "vllm_service_launcher": True,
-                "vllm_service_textfile_dir": TEXTFILE_DIR,
-                "vllm_service_env": {"VLLM_USE_FLASHINFER_SAMPLER": "0", "DO_NOT_TRACK": "1"},
-                "vllm_service_instances": [item],
-            },
+            "vars": {**GROUP_VARS, **provided_vllm(), **group},
         }
     }
-    (HOST_ROOT / "srv/project/inventory.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (PROJECT / "inventory.yml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
 def playbook(stage: str, name: str, *args: str, timeout: float = 580) -> dict[str, Any]:
+    """ansible-playbook warmctl.vllm.NAME from the controller's project folder; its output is
+    appended to $OUT/playbooks.log."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": ANSIBLE_PATH,
+        "ANSIBLE_CONNECTION_PLUGINS": str(PLUGINS),
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "LC_ALL": "C.UTF-8",
+        # the modules run in the host with this PATH (nsenter keeps the environment)
+        "PATH": f"{PATH}:{os.environ.get('PATH', '')}",
+    }
     t0 = time.monotonic()
-    quoted = " ".join(f"'{a}'" for a in args)
-    proc = sh(
-        f"cd /srv/project && ansible-playbook warmctl.vllm.{name} -i inventory.yml {quoted}",
-        timeout=timeout,
-    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "ansible", "playbook", f"warmctl.vllm.{name}",
+         "-i", "inventory.yml", *args],
+        cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
     took = time.monotonic() - t0
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"playbook-{stage}.log").write_text(proc.stdout + proc.stderr)
+    with (OUT / "playbooks.log").open("a") as log:
+        log.write(f"===== {stage}: {name} {' '.join(args)} (rc {proc.returncode}, {took:.1f} s)\n")
+        log.write(proc.stdout + proc.stderr)
     recap = RECAP.findall(proc.stdout)
-    result = {"rc": proc.returncode, "seconds": round(took, 1)}
+    result: dict[str, Any] = {"rc": proc.returncode, "seconds": round(took, 1)}
+    for host_name, ok, changed, _unreachable, failed in recap:
+        result.setdefault("hosts", {})[host_name] = {
+            "ok": int(ok), "changed": int(changed), "failed": int(failed)
+        }  # fmt: skip
     if recap:
-        _, ok, changed, _unreachable, failed = recap[-1]
-        result.update(ok=int(ok), changed=int(changed), failed=int(failed))
+        result["changed"] = sum(int(r[2]) for r in recap)
     FIGURES.setdefault("playbooks", {})[stage] = result
     save()
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -213,7 +259,6 @@ def test_1_site_deploy_on_the_gpu_host() -> None:
     state = show(UNIT, "ActiveState", "MainPID", "NRestarts")
     assert state["ActiveState"] == "active", state
     text = journal(UNIT)
-    (OUT / "journal-first-start.log").write_text(text)
     # active only after the warmup: systemd's "Started" comes after the warmup's "warm in"
     warm = text.find(": warm in ")
     started = text.find(f"Started {UNIT}")
@@ -229,6 +274,7 @@ def test_1_site_deploy_on_the_gpu_host() -> None:
     assert float(match.group(1)) <= 4.0
     # the provided interpreter was left alone: no venv where the role would have made one
     assert host("test", "-e", "/opt/vllm/venv").returncode != 0
+    FIGURES["site"]["vllm"] = provided_vllm()
 
 
 def test_2_second_run_changes_nothing() -> None:
@@ -342,3 +388,111 @@ def test_6_no_error_line_in_the_servers_journal() -> None:
     FIGURES["journal_error_lines"] = errors[:20]
     save()
     assert not errors, "\n".join(errors[:20])
+
+
+# ---- 7. two hosts behind the documented load balancer (GPU_HOSTS=2, -k lb) ------------------
+CLIENTS = 16
+TOKENS = 24
+PAUSE_S = 0.5  # each client after each request: a bounded load (~20 requests/s)
+SETTLE_S = 5.0
+# two hosts on one GPU, one network: each instance its own port, a share of the GPU, the
+# KV cache sleep mode re-maps at wake (the template's default for instances that sleep)
+LB_INSTANCE = {"gpu_memory_utilization": 0.4, "kv_cache_tokens": 131072}
+
+
+def lb_hosts(**overrides: Any) -> dict[str, list[dict[str, Any]]]:
+    return {
+        name: [instance(PORT + i, **{**LB_INSTANCE, **overrides})]
+        for i, name in enumerate(list(HOSTS)[:2])
+    }
+
+
+@pytest.fixture(scope="module")
+def balanced() -> Any:
+    from tests.hardening.fleet_load import StreamLoad  # noqa: F401  (the image has requests)
+    from tests.hardening.proxy_support import Nginx, free_port, lb_config
+
+    if len(HOSTS) < 2:
+        pytest.skip("the load balancer test needs two GPU hosts (GPU_HOSTS=2)")
+    write_inventory(lb_hosts(), vllm_verify_max_ratio=4)
+    playbook("lb-first-deploy", "site", "-e", "vllm_rollout_serial=2")
+    port = free_port()
+    backends = [f"127.0.0.1:{PORT + i}" for i in range(2)]
+    lb = Nginx(
+        f"/tmp/{FIRST}/usr/sbin/nginx", OUT / "lb", {"vllm-lb.conf": lb_config(backends, port)}
+    )
+    lb.start(port)
+    FIGURES["lb"] = {"runs": {}}
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        lb.stop()
+        save()
+
+
+def under_load(address: str, label: str, action: Callable[[], Any]) -> dict[str, Any]:
+    from tests.hardening.fleet_load import RotationWatch, StreamLoad
+
+    urls = {name: f"http://127.0.0.1:{PORT + i}/health" for i, name in enumerate(list(HOSTS)[:2])}
+    watch = RotationWatch(urls).start()
+    load = StreamLoad(address, "m", clients=CLIENTS, max_tokens=TOKENS, limit_s=540,
+                      pause_s=PAUSE_S).start()  # fmt: skip
+    try:
+        time.sleep(SETTLE_S)
+        t0 = time.monotonic()
+        action()
+        took = time.monotonic() - t0
+        time.sleep(SETTLE_S)
+    finally:
+        counts = load.stop()
+        watch.stop()
+    row = {
+        "took_s": round(took, 1),
+        "started": counts.started,
+        "completed": counts.completed,
+        "failed": counts.failed,
+        "cut": counts.cut,
+        "longest_wait_s": round(counts.longest_wait_s, 2),
+        "rate": counts.rate(),
+        "out_of_rotation_s": {k: round(v, 1) for k, v in watch.out_s.items()},
+        "all_out_at_once_s": round(watch.all_out_s, 1),
+        "errors": dict(counts.errors),
+    }
+    FIGURES["lb"]["runs"][label] = row
+    save()
+    print(f"{label}: {counts.line()}; {counts.rate()}; {watch.line()}")
+    return row
+
+
+def assert_clean(row: dict[str, Any]) -> None:
+    assert row["started"] > CLIENTS, row
+    assert row["failed"] == 0 and row["cut"] == 0 and row["completed"] == row["started"], row
+
+
+def test_7_lb_rolling_deploy_restart_and_a_window_lose_nothing(balanced: str) -> None:
+    write_inventory(lb_hosts(max_num_seqs=48), vllm_verify_max_ratio=4)
+    rows = [under_load(balanced, "1. deploy changing every instance, one host at a time",
+                       lambda: playbook("lb-rolling-deploy", "site"))]  # fmt: skip
+    rows.append(
+        under_load(balanced, "2. warmctl.vllm.restart", lambda: playbook("lb-restart", "restart"))
+    )
+
+    def window() -> None:
+        start = host_time() + 45
+        windows = [
+            {"name": "l1", "sleep": oncalendar(start), "wake": oncalendar(start + 20), "level": 1}
+        ]
+        hosts = lb_hosts(max_num_seqs=48)
+        hosts[FIRST] = [instance(PORT, windows=windows, **LB_INSTANCE, max_num_seqs=48)]
+        write_inventory(hosts, vllm_verify_max_ratio=4)
+        playbook("lb-window", "site", "--tags", "vllm_schedule", "--limit", FIRST)
+        wake_unit = f"vllm-{NAME}-wake-l1.service"
+        wait_for("the window's wake ran", lambda: "Finished" in journal(wake_unit)
+                 or "Deactivated successfully" in journal(wake_unit),
+                 timeout=start + 20 - host_time() + 90)  # fmt: skip
+        result = show(wake_unit, "Result")
+        assert result["Result"] == "success", journal(wake_unit)[-3000:]
+
+    rows.append(under_load(balanced, "3. the first host's level-1 window: sleep, wake", window))
+    for row in rows:
+        assert_clean(row)

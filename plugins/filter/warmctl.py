@@ -31,6 +31,17 @@ def _warmctl_path() -> str | None:
 _PATH = _warmctl_path()
 if _PATH and _PATH not in sys.path:
     sys.path.insert(0, _PATH)
+if _PATH and _PATH.endswith(".whl"):
+    # ansible-core's collection loader puts a path hook first that claims every sys.path entry;
+    # under Python 3.12 its finder does not read zip files, so the wheel is given its
+    # zipimporter directly (the cache is where Python's path finder looks first)
+    import zipfile
+    import zipimport
+
+    with zipfile.ZipFile(_PATH) as _wheel:
+        _packages = {n.rsplit("/", 1)[0] for n in _wheel.namelist() if n.endswith("/__init__.py")}
+    for _entry in [_PATH, *(f"{_PATH}/{p}" for p in sorted(_packages))]:
+        sys.path_importer_cache[_entry] = zipimport.zipimporter(_entry)
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 

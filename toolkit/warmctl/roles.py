@@ -22,6 +22,11 @@ class DataError(WarmctlError):
 
 def _candidates(name: str) -> list[Path]:
     here = Path(__file__).resolve().parent
+    if here.parent.suffix == ".whl":
+        # imported from the wheel an installed collection carries in files/ (its filters, on a
+        # controller without warmctl): the collection's own folders, beside files/ (files
+        # inside a zip are not folders to pathlib)
+        return [here.parents[2] / name]
     return [here.parents[1] / name, here / f"_{name}"]
 
 

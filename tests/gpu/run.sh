@@ -49,7 +49,14 @@ for i in $(seq 1 "$hosts"); do
   H() { GPUHOST_NAME=$name bash tests/gpu/gpuhost.sh exec env -i \
           PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin HOME=/root LANG=C.UTF-8 "$@"; }
   # nginx (the proxy in front of dev-mode instances, and the load balancer), unpacked as apt would
-  for d in "$kit"/deb/nginx*.deb; do dpkg -x "$d" "$r"; done
+  # (into a folder first: Debian 12's packages put files under /lib, and extracting them over
+  # the merged-usr root would replace its /lib symlink with a folder, hiding libc from ld)
+  x="$(mktemp -d)"
+  for d in "$kit"/deb/nginx*.deb; do dpkg -x "$d" "$x"; done
+  for top in lib bin sbin; do
+    [ -d "$x/$top" ] && mkdir -p "$r/usr/$top" && cp -a "$x/$top/." "$r/usr/$top/" && rm -rf "${x:?}/$top"
+  done
+  cp -a "$x/." "$r/" && rm -rf "$x"
   rm -f "$r/etc/nginx/sites-enabled/default"
   mkdir -p "$r/var/log/nginx" "$r/var/lib/nginx" "$r/srv/kit"
   cp -r "$kit/wheels" "$r/srv/kit/"

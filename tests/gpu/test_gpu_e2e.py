@@ -290,7 +290,7 @@ def test_3_windows_sleep_and_wake_the_real_engine() -> None:
     # the windows move to the next minutes (a deploy that changes only the timers); each fires
     # on its own, as it would at night
     start = host_time() + 75
-    steps = {"l1": (start, start + 25), "l2": (start + 50, start + 80)}
+    steps = {"l1": (start, start + 20), "l2": (start + 40, start + 60)}
     windows = [
         {"name": n, "sleep": oncalendar(s), "wake": oncalendar(w), "level": i + 1}
         for i, (n, (s, w)) in enumerate(steps.items())

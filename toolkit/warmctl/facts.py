@@ -90,6 +90,11 @@ def _int(value: Any, what: str) -> int:
         raise ValueError(f"{what} must be an integer, got {value!r}") from None
 
 
+def local_address(bind: str) -> str:
+    """The address that reaches a server bound to `bind` from the host itself."""
+    return "127.0.0.1" if bind in _LOOPBACK_BINDS else bind
+
+
 def settings_from(variables: Mapping[str, Any]) -> dict[str, Any]:
     """The variables the facts depend on: `variables` over the roles' defaults."""
     defaults = role_defaults()
@@ -167,7 +172,7 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     offset = _int(s["vllm_proxy_upstream_port_offset"], "vllm_proxy_upstream_port_offset")
     upstream = port + offset if proxied else port
     bind = "127.0.0.1" if (proxied or sleep) else str(instance.get("bind", s["vllm_service_bind"]))
-    local = "127.0.0.1" if bind in _LOOPBACK_BINDS else bind
+    local = local_address(bind)
     gate_dir = str(s["vllm_proxy_gate_dir"])
     window_facts = [_window(name, w) for w in windows if isinstance(w, Mapping)]
     unit_dir, config_dir = s["vllm_service_unit_dir"], s["vllm_service_config_dir"]
@@ -201,10 +206,11 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     )
 
 
-def inventory_device_kind(variables: Mapping[str, Any]) -> str:
-    """A host's kind read from an inventory, before preflight probed it: vllm_preflight_device_kind
-    when set, else vllm_preflight_device forced to cpu, else gpu (auto: a GPU host is assumed)."""
+def inventory_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) -> InstanceFacts:
+    """The facts of an instance read from an inventory, before preflight probed the host: its kind
+    is vllm_preflight_device_kind when set, else vllm_preflight_device forced to cpu, else gpu
+    (auto: a GPU host is assumed)."""
     kind = variables.get("vllm_preflight_device_kind")
-    if kind in ("gpu", "cpu"):
-        return str(kind)
-    return "cpu" if str(variables.get("vllm_preflight_device", "")).lower() == "cpu" else "gpu"
+    if kind not in ("gpu", "cpu"):
+        kind = "cpu" if str(variables.get("vllm_preflight_device", "")).lower() == "cpu" else "gpu"
+    return instance_facts(instance, {**variables, "vllm_preflight_device_kind": kind})

@@ -14,6 +14,7 @@ parsed `argv` / `env` of the unit's ExecStart / EnvironmentFile.
 from __future__ import annotations
 
 import json
+import posixpath
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -94,6 +95,7 @@ def _environment() -> Any:
         combine=_combine,
         to_json=lambda value, **kw: json.dumps(value, **kw),
         quote=lambda value: shlex.quote(str(value)),
+        basename=lambda value: posixpath.basename(str(value)),
     )
     # the collection's filters, by the names the templates use (plugins/filter/warmctl.py)
     env.filters.update(
@@ -163,6 +165,15 @@ def check_variables(variables: Mapping[str, Any], label: str) -> None:
         raise InvalidVariables(lines)
 
 
+def instance_variables(instance: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` (host_variables) with the instance and its facts (warmctl.facts), as vllm_preflight
+    sets them on a host: what the templates of one instance read."""
+    facts = _facts(instance, base)
+    return _combine(
+        base, {"vllm_instance": dict(instance), "vllm_preflight_facts": {facts["name"]: facts}}
+    )
+
+
 def render_instance(
     instance: Mapping[str, Any], host: Mapping[str, Any] | None = None, label: str = "render"
 ) -> RenderedInstance:
@@ -172,11 +183,8 @@ def render_instance(
     base = host_variables(host)
     check_variables({**base, "vllm_service_instances": [instance]}, label)
     name = instance["name"]
-    facts = _facts(instance, base)
-    # as vllm_preflight sets them on a host: the templates and the roles read these facts
-    variables = _combine(
-        base, {"vllm_instance": dict(instance), "vllm_preflight_facts": {name: facts}}
-    )
+    variables = instance_variables(instance, base)
+    facts = variables["vllm_preflight_facts"][name]
     files: dict[str, str] = {}
     for produced in facts["files"]:
         if produced["role"] not in RENDERED_ROLES:

@@ -106,6 +106,7 @@ def checked_files() -> list[Path]:
         *roles.glob("*/vars/*.yml"),
     ]
     files += (ROOT / "templates").glob("*.j2")
+    files += (ROOT / "playbooks").glob("*.yml")
     return sorted(files)
 
 

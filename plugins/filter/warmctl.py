@@ -3,7 +3,7 @@
 vllm_systemd_quote / vllm_env_quote: quoting for unit files and environment files;
 vllm_oncalendar: cron or OnCalendar -> list of OnCalendar expressions (checked);
 vllm_calendar_error: '' or the reason an expression is unusable (for preflight asserts);
-vllm_instance_facts: an instance's derived facts (proxied, ports, bind, sleep), see warmctl.facts;
+vllm_instance_facts: an instance's derived facts (warmctl.facts; vllm_preflight sets them once per host);
 vllm_validate: every problem of a host's role variables, one line each (warmctl.validate).
 
 The code is warmctl's own: in an installed collection it comes from the warmctl wheel the

@@ -20,9 +20,11 @@ def drain_host(tmp_path: Path, double, **extra) -> dict:
     conf, gate = tmp_path / "conf.d", tmp_path / "gate"
     conf.mkdir()
     gate.mkdir()
-    (conf / "vllm-a.conf").write_text("# warmctl instance: a\n")  # a is proxied, b is not
+    # both are proxied (warmctl.facts), but only a's nginx server is published yet
+    (conf / "vllm-a.conf").write_text("# warmctl instance: a\n")
     return {
         "vllm_install_warmctl_venv": str(VENV),
+        "vllm_proxy_enabled": True,
         "vllm_proxy_conf_dir": str(conf),
         "vllm_proxy_gate_dir": str(gate),
         "vllm_proxy_upstream_port_offset": double.port - 8000,

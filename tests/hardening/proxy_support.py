@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from warmctl.render import host_variables
+from warmctl.render import host_variables, instance_variables
 from warmctl.roles import roles_dir
 
 
@@ -28,8 +28,7 @@ def render_proxy(instance: Mapping[str, Any], host: Mapping[str, Any]) -> dict[s
     """{file name: text} of the proxy's conf.d files for one instance (as the role writes)."""
     from warmctl.render import _environment  # the same Jinja2 environment as render_instance
 
-    variables = host_variables({**proxy_defaults(), **host})
-    variables["vllm_instance"] = dict(instance)
+    variables = instance_variables(instance, host_variables({**proxy_defaults(), **host}))
     env = _environment()
     name = instance["name"]
     return {

@@ -13,6 +13,7 @@ from typing import Any
 import requests
 
 from warmctl.errors import WarmctlError
+from warmctl.facts import SLEEP_LEVEL
 from warmctl.target import Target
 
 DEFAULT_TIMEOUT = 30.0
@@ -359,7 +360,7 @@ class Client:
             )
         return body["is_sleeping"]
 
-    def sleep(self, level: int = 1, timeout: float | None = None) -> None:
+    def sleep(self, level: int = SLEEP_LEVEL, timeout: float | None = None) -> None:
         self.request("POST", "/sleep", params={"level": str(level)}, timeout=timeout)
 
     def wake_up(self, tags: Sequence[str] | None = None, timeout: float | None = None) -> None:

@@ -93,6 +93,7 @@ def _template(loader: Any, hv: dict[str, Any]) -> dict[str, Any]:
         SERVICE_PORT_VAR,
         WARMCTL_VENV_VAR,
         DEVICE_VAR,
+        "vllm_preflight_device_kind",  # set: the probed kind wins (warmctl.facts.inventory_facts)
         *VERIFY_VARS,
     ):
         if key in hv:

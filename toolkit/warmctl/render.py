@@ -14,6 +14,7 @@ parsed `argv` / `env` of the unit's ExecStart / EnvironmentFile.
 from __future__ import annotations
 
 import json
+import posixpath
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from warmctl.unitfile import env_quote, parse_env_file, systemd_quote, systemd_s
 ANSIBLE_MANAGED = "Ansible managed"  # ansible-core's default `ansible_managed` text
 DEVICE_KEY = "vllm_preflight_device_kind"
 COLLECTION = "warmctl.vllm"  # the Ansible collection whose templates these are
+RENDERED_ROLES = ("vllm_service", "vllm_schedule")  # whose files (warmctl.facts) render() writes
 
 
 class RenderError(WarmctlError, ValueError):
@@ -93,6 +95,7 @@ def _environment() -> Any:
         combine=_combine,
         to_json=lambda value, **kw: json.dumps(value, **kw),
         quote=lambda value: shlex.quote(str(value)),
+        basename=lambda value: posixpath.basename(str(value)),
     )
     # the collection's filters, by the names the templates use (plugins/filter/warmctl.py)
     env.filters.update(
@@ -100,7 +103,6 @@ def _environment() -> Any:
             f"{COLLECTION}.vllm_systemd_quote": systemd_quote,
             f"{COLLECTION}.vllm_env_quote": env_quote,
             f"{COLLECTION}.vllm_oncalendar": _oncalendar,
-            f"{COLLECTION}.vllm_instance_facts": _facts,
         }
     )
     return env
@@ -163,6 +165,15 @@ def check_variables(variables: Mapping[str, Any], label: str) -> None:
         raise InvalidVariables(lines)
 
 
+def instance_variables(instance: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` (host_variables) with the instance and its facts (warmctl.facts), as vllm_preflight
+    sets them on a host: what the templates of one instance read."""
+    facts = _facts(instance, base)
+    return _combine(
+        base, {"vllm_instance": dict(instance), "vllm_preflight_facts": {facts["name"]: facts}}
+    )
+
+
 def render_instance(
     instance: Mapping[str, Any], host: Mapping[str, Any] | None = None, label: str = "render"
 ) -> RenderedInstance:
@@ -172,26 +183,16 @@ def render_instance(
     base = host_variables(host)
     check_variables({**base, "vllm_service_instances": [instance]}, label)
     name = instance["name"]
-    variables = _combine(base, {"vllm_instance": dict(instance)})
-    unit_dir = variables["vllm_service_unit_dir"]
-    config_dir = variables["vllm_service_config_dir"]
-
-    unit_name = f"vllm-{name}.service"
-    unit_text = _render("vllm-instance.service.j2", variables)
-    env_path = f"{config_dir}/{name}.env"
-    env_text = _render("vllm-instance.env.j2", variables)
-    files = {f"{unit_dir}/{unit_name}": unit_text, env_path: env_text}
-    for window in instance.get("windows") or []:
-        for action in ("sleep", "wake"):
-            window_vars = _combine(variables, {"vllm_window": window, "vllm_window_action": action})
-            stem = f"{unit_dir}/vllm-{name}-{action}-{window['name']}"
-            files[f"{stem}.service"] = _render("vllm-window.service.j2", window_vars)
-            files[f"{stem}.timer"] = _render("vllm-window.timer.j2", window_vars)
-    if instance.get("windows"):
-        files[f"{config_dir}/{name}-window.sh"] = _render("vllm-reconcile.sh.j2", variables)
-        files[f"{unit_dir}/vllm-{name}-window.service"] = _render(
-            "vllm-reconcile.service.j2", variables
-        )
+    variables = instance_variables(instance, base)
+    facts = variables["vllm_preflight_facts"][name]
+    files: dict[str, str] = {}
+    for produced in facts["files"]:
+        if produced["role"] not in RENDERED_ROLES:
+            continue
+        extra = {"vllm_window": produced["window"], "vllm_window_action": produced["action"]}
+        files[produced["path"]] = _render(produced["template"], _combine(variables, extra))
+    unit_name, env_path = facts["unit"], facts["env_file"]
+    unit_text, env_text = files[facts["unit_file"]], files[env_path]
 
     starts = unit_values(unit_text, "Service", "ExecStart")
     # the warmup; a proxied instance also has a privileged ("+") one that clears its warming flag

@@ -76,3 +76,9 @@ def role_defaults() -> dict[str, Any]:
 def argument_specs(role: str) -> dict[str, Any]:
     """The entry points of one role's meta/argument_specs.yml."""
     return (_load_yaml(roles_dir() / role / "meta/argument_specs.yml") or {})["argument_specs"]
+
+
+def gpu_capture_sizes() -> tuple[int, ...]:
+    """The GPU hosts' default CUDA-graph capture sizes (vllm_service_gpu_compilation_config)."""
+    config = role_defaults()["vllm_service_gpu_compilation_config"]
+    return tuple(int(size) for size in config["cudagraph_capture_sizes"])

@@ -21,6 +21,7 @@ from typing import Any
 from warmctl.client import Client
 from warmctl.errors import WarmctlError
 from warmctl.metrics import Histogram
+from warmctl.roles import gpu_capture_sizes
 
 STEP_TOKENS = "vllm:iteration_tokens_total"
 PROMPT_TOKENS = "vllm:request_prompt_tokens"
@@ -40,7 +41,7 @@ CACHE_INFO = "vllm:cache_config_info"
 SLEEP_STATE = "vllm:engine_sleep_state"
 
 # the project's GPU default (roles/vllm_service/defaults/main.yml): what "keep" means
-DEFAULT_CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+DEFAULT_CAPTURE_SIZES = gpu_capture_sizes()
 DEFAULT_MAX_PADDING = 0.25
 # a step bucket holding fewer than this share of the window's steps is "not reached"
 MIN_STEP_SHARE = 0.001

@@ -33,9 +33,12 @@ from typing import Any
 
 from warmctl.bench.process import LaunchSpec
 from warmctl.errors import WarmctlError
+from warmctl.facts import local_address
+from warmctl.roles import gpu_capture_sizes
 
 # capture sizes of C: ~1.5x steps up to vLLM's default maximum (512), so padding costs < 1.5x
-C_CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+# (the roles' GPU default, roles/vllm_service/defaults/main.yml)
+C_CAPTURE_SIZES = gpu_capture_sizes()
 
 # the unit warmup's arguments in W and V (the unit's own default: `vllm_service_warmup_args`)
 W_WARMUP_ARGS = ("--max-batch", "16", "--max-tokens", "4")
@@ -193,10 +196,7 @@ def listen_url(argv: list[str], default: str) -> str:
     port = value("--port")
     if port is None:
         return default
-    host = value("--host") or "127.0.0.1"
-    if host in ("0.0.0.0", "::", "localhost"):
-        host = "127.0.0.1"
-    return f"http://{host}:{port}"
+    return f"http://{local_address(value('--host') or '127.0.0.1')}:{port}"
 
 
 def _plain_argv(site: Site) -> list[str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from warmctl.errors import WarmctlError
+from warmctl.facts import SLEEP_LEVEL
 from warmctl.options import (
     drain_timeout_option,
     guard,
@@ -24,7 +25,7 @@ from warmctl.target import Target
 @click.option(
     "--level",
     type=click.IntRange(1, 2),
-    default=1,
+    default=SLEEP_LEVEL,
     show_default=True,
     help="1: weights to CPU memory, KV cache dropped. 2: weights and KV cache dropped "
     "(wake reloads the weights from disk).",

@@ -173,7 +173,8 @@ def _targets(
         targets.append(t)
         where[t.label] = (t.host, str(t.port), None, None)
     if inventory_path:
-        from warmctl.inventory import DEVICE_VAR, INSTANCES_VAR, host_vars, targets_for_host
+        from warmctl.facts import inventory_facts
+        from warmctl.inventory import INSTANCES_VAR, host_vars, targets_for_host
 
         loaded = host_vars(inventory_path, limit)
         if not loaded:
@@ -185,16 +186,9 @@ def _targets(
                 targets.append(t)
                 if instances:
                     inst = instances[i]
-                    # the roles: sleep defaults to true when windows are set, on GPU hosts;
-                    # a CPU host never sleeps (its windows stop and start the unit)
-                    sleeps = inst.get("sleep")
-                    if sleeps is None:
-                        sleeps = bool(inst.get("windows"))
-                    cpu = str(hv.get(DEVICE_VAR, "")).lower() == "cpu"
-                    if cpu:
-                        sleeps = False
-                    graphs[t.label] = not (cpu or inst.get("enforce_eager"))
-                    where[t.label] = (name, str(inst.get("name", i)), instances, bool(sleeps))
+                    facts = inventory_facts(inst, hv)  # the roles' sleep rule (warmctl.facts)
+                    graphs[t.label] = facts.gpu and not inst.get("enforce_eager")
+                    where[t.label] = (name, str(inst.get("name", i)), instances, facts.sleep)
                 else:
                     where[t.label] = (name, str(t.port), None, None)
     if not targets:

@@ -1,0 +1,73 @@
+"""warmctl.facts: the one computation of an instance's derived facts (the roles, the templates,
+`warmctl render`, tune and the inventory reader read it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from warmctl.facts import SLEEP_LEVEL, instance_facts, inventory_facts, local_address
+from warmctl.render import render_instance
+
+WINDOWED = {
+    "name": "qwen",
+    "model": "/srv/models/qwen",
+    "port": 8001,
+    "windows": [
+        {"name": "night", "sleep": "0 22 * * *", "wake": "0 6 * * *", "level": 2},
+        {"name": "lunch", "sleep": "0 12 * * *", "wake": "0 13 * * *"},
+    ],
+}
+
+
+def test_launcher_the_instance_wins_over_the_host_default():
+    host = {"vllm_service_launcher": True}
+    assert instance_facts({"name": "a"}, host).launcher is True
+    assert instance_facts({"name": "a", "launcher": False}, host).launcher is False
+    assert instance_facts({"name": "a"}, {}).launcher is False  # the role's default
+
+
+def test_windows_carry_their_level_and_unit_names():
+    f = instance_facts(WINDOWED, {"vllm_preflight_device_kind": "gpu"})
+    assert [w["level"] for w in f.windows] == [2, SLEEP_LEVEL]
+    assert f.windows[1]["units"] == {
+        "sleep": {
+            "service": "vllm-qwen-sleep-lunch.service",
+            "timer": "vllm-qwen-sleep-lunch.timer",
+        },
+        "wake": {"service": "vllm-qwen-wake-lunch.service", "timer": "vllm-qwen-wake-lunch.timer"},
+    }
+    assert f.window_unit == "vllm-qwen-window.service"
+    assert f.window_script == "/etc/vllm/qwen-window.sh"
+    plain = instance_facts({"name": "b"}, {})
+    assert (plain.windows, plain.window_unit, plain.window_script) == ((), "", "")
+
+
+def test_files_are_what_warmctl_render_writes_and_follow_the_folders():
+    host = {"vllm_service_unit_dir": "/u", "vllm_service_config_dir": "/c"}
+    f = instance_facts(WINDOWED, host)
+    assert {p["role"] for p in f.files} == {"vllm_service", "vllm_schedule"}
+    assert [p["path"] for p in f.files] == list(render_instance(WINDOWED, host).files)
+    assert f.files[0]["path"] == f.unit_file == "/u/vllm-qwen.service"
+    assert f.files[1]["path"] == f.env_file == "/c/qwen.env"
+    assert f.proxy_conf == "/etc/nginx/conf.d/vllm-qwen.conf"
+
+
+@pytest.mark.parametrize(
+    ("variables", "sleep"),
+    [
+        ({}, True),  # auto: a GPU host is assumed
+        ({"vllm_preflight_device": "cpu"}, False),
+        ({"vllm_preflight_device": "CPU"}, False),
+        ({"vllm_preflight_device": "auto", "vllm_preflight_device_kind": "cpu"}, False),
+        ({"vllm_preflight_device": "cpu", "vllm_preflight_device_kind": "gpu"}, True),
+    ],
+)
+def test_inventory_facts_read_the_probed_kind_first(variables, sleep):
+    f = inventory_facts(WINDOWED, variables)
+    assert (f.sleep, f.gpu) == (sleep, sleep)
+
+
+def test_local_address_reaches_a_wildcard_bind_on_loopback():
+    assert [local_address(b) for b in ("0.0.0.0", "::", "localhost", "10.0.0.5")] == [
+        "127.0.0.1", "127.0.0.1", "127.0.0.1", "10.0.0.5",
+    ]  # fmt: skip

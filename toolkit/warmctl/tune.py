@@ -462,11 +462,6 @@ def size_grid(limit: int, max_padding: float) -> list[int]:
     return [g for g in grid if g <= limit] or [1]
 
 
-def padding_bound(n: int, max_padding: float) -> int:
-    """The largest graph a step of `n` tokens may be padded to under `size_grid`."""
-    return max(math.floor(n * (1 + max_padding)), n + 7)
-
-
 def capture_sizes(
     steps: Histogram, max_padding: float, limit: int
 ) -> tuple[list[int], list[tuple[float, float, float]], str]:

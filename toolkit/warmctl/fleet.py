@@ -101,6 +101,24 @@ def verify_argv(
     return argv
 
 
+def role_options(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """The role's vllm_verify_* as `verify_argv` options (max_first_ttft, max_ratio, attempts,
+    asleep_ok, textfile_dir, instance): a threshold of 0 and one attempt are warmctl's own
+    defaults, left out; the textfile options only with a directory."""
+    first = float(variables.get("max_first_ttft") or 0)
+    ratio = float(variables.get("max_ratio") or 0)
+    attempts = int(variables.get("attempts") or 1)
+    textfile_dir = str(variables.get("textfile_dir") or "")
+    return {
+        "max_first_ttft": first if first > 0 else None,
+        "max_ratio": ratio if ratio > 0 else None,
+        "attempts": attempts if attempts > 1 else None,
+        "asleep_ok": str(variables.get("asleep_ok")).lower() in ("true", "yes", "1", "on"),
+        "textfile_dir": textfile_dir or None,
+        "instance": str(variables.get("instance") or "") or None if textfile_dir else None,
+    }
+
+
 def plan(
     hosts: Sequence[tuple[str, dict[str, Any], list[Target]]],
     options_for: Callable[[Target], Mapping[str, Any]],

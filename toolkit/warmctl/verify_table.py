@@ -1,16 +1,14 @@
 """The table of `warmctl verify` results, one code for the command's output and for the table
-the role warmctl.vllm.vllm_verify shows on the controller (through the collection's filters)."""
+the role warmctl.vllm.vllm_verify shows on the controller (through the collection's filters,
+so the plain lines need nothing beyond the standard library: rich only on a terminal)."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
-from warmctl.output import ms, table
+if TYPE_CHECKING:
+    from rich.table import Table
 
 COLUMNS = [
     "RESULT",
@@ -31,10 +29,10 @@ def cells(d: Mapping[str, Any], style: Callable[[str], str] = str) -> list[str]:
     attempt = d.get("attempt") or 1
     return [
         style(str(d["status"])) + (f" (attempt {attempt})" if attempt > 1 else ""),
-        ms(d.get("first_ttft_s")),
-        ms(d.get("first_total_s")),
-        ms(d.get("steady_median_ttft_s")),
-        ms(d.get("steady_p90_ttft_s")),
+        _ms(d.get("first_ttft_s")),
+        _ms(d.get("first_total_s")),
+        _ms(d.get("steady_median_ttft_s")),
+        _ms(d.get("steady_p90_ttft_s")),
         ratio,
         "-" if decode is None else f"{decode:.2f}",
         why(d),
@@ -61,8 +59,14 @@ def _without_label(message: str | None, label: str) -> str:
     return message.removeprefix(f"{label}: ")
 
 
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
 def results_table(results: Sequence[Mapping[str, Any]], style: Callable[[str], str]) -> Table:
     """`warmctl verify`'s table: a row per target."""
+    from warmctl.output import table
+
     return table(None, ["HOST", *COLUMNS], [[str(d["target"]), *cells(d, style)] for d in results])
 
 
@@ -72,8 +76,8 @@ def fleet_lines(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
     body = [
         [host, str(r["instance"]), *cells(r)] for host, results in rows.items() for r in results
     ]
-    plain = table(None, ["HOST", "INSTANCE", *COLUMNS], body)
-    plain.box = None
-    buf = io.StringIO()
-    Console(file=buf, width=1000, color_system=None, markup=False, emoji=False).print(plain)
-    return [line.rstrip() for line in buf.getvalue().splitlines()]
+    lines = [["HOST", "INSTANCE", *COLUMNS], *body]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    ]

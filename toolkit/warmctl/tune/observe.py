@@ -9,21 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from warmctl import metrics as m
 from warmctl.client import Client
 from warmctl.errors import WarmctlError
-from warmctl.metrics import (
-    E2E_TIME,
-    GENERATION_TOKENS,
-    INFERENCE_TIME,
-    KV_USAGE,
-    PREEMPTIONS,
-    PROMPT_TOKENS,
-    QUEUE_TIME,
-    RUNNING,
-    STEP_TOKENS,
-    WAITING,
-    Histogram,
-)
+from warmctl.metrics import Histogram
 from warmctl.tune.scrape import Scrape, delta, scrape
 
 
@@ -168,7 +157,7 @@ def observe(
                 samples.append(_sample(scrape(client)))
     last = scrape(client)
     samples.append(_sample(last))
-    missing = [n for n in (STEP_TOKENS, PROMPT_TOKENS) if n not in last.histograms]
+    missing = [n for n in (m.STEP_TOKENS, m.PROMPT_TOKENS) if n not in last.histograms]
     if missing:
         raise WarmctlError(
             f"{label}: /metrics has no {' or '.join(missing)} (not a vLLM server, or a vLLM "
@@ -183,14 +172,14 @@ def observe(
     obs = Observation(
         target=label,
         seconds=max(0.0, last.at - first.at),
-        steps=hist(STEP_TOKENS),
-        prompt=hist(PROMPT_TOKENS),
-        generation=hist(GENERATION_TOKENS),
-        inference=hist(INFERENCE_TIME),
-        queue=hist(QUEUE_TIME),
-        e2e=hist(E2E_TIME),
+        steps=hist(m.STEP_TOKENS),
+        prompt=hist(m.PROMPT_TOKENS),
+        generation=hist(m.GENERATION_TOKENS),
+        inference=hist(m.INFERENCE_TIME),
+        queue=hist(m.QUEUE_TIME),
+        e2e=hist(m.E2E_TIME),
         preemptions=max(
-            0.0, last.counters.get(PREEMPTIONS, 0.0) - first.counters.get(PREEMPTIONS, 0.0)
+            0.0, last.counters.get(m.PREEMPTIONS, 0.0) - first.counters.get(m.PREEMPTIONS, 0.0)
         ),
         samples=samples,
         cache_info=last.cache_info,
@@ -208,12 +197,12 @@ def _served_max_model_len(client: Client) -> int | None:
         models = client.models()
     except WarmctlError:
         return None
-    values = [m.get("max_model_len") for m in models]
+    values = [model.get("max_model_len") for model in models]
     return min((v for v in values if isinstance(v, int)), default=None)
 
 
 def _sample(s: Scrape) -> Sample:
-    return Sample(s.at, s.gauges.get(RUNNING), s.gauges.get(WAITING), s.gauges.get(KV_USAGE))
+    return Sample(s.at, s.gauges.get(m.RUNNING), s.gauges.get(m.WAITING), s.gauges.get(m.KV_USAGE))
 
 
 def _server_facts(client: Client, obs: Observation) -> None:

@@ -4,7 +4,11 @@ vllm_systemd_quote / vllm_env_quote: quoting for unit files and environment file
 vllm_oncalendar: cron or OnCalendar -> list of OnCalendar expressions (checked);
 vllm_calendar_error: '' or the reason an expression is unusable (for preflight asserts);
 vllm_instance_facts: an instance's derived facts (warmctl.facts; vllm_preflight sets them once per host);
-vllm_validate: every problem of a host's role variables, one line each (warmctl.validate).
+vllm_validate: every problem of a host's role variables, one line each (warmctl.validate);
+vllm_role_var: a role variable as the host has it, else the collection's default (warmctl.roles);
+vllm_verify_argv / vllm_verify_results / vllm_verify_table: the vllm_verify role's host-side
+warmctl verify, what it answered and the fleet's table, as `warmctl verify --inventory` has them
+(warmctl.fleet, warmctl.verify_table).
 
 The code is warmctl's own: in an installed collection it comes from the warmctl wheel the
 collection ships in files/ (the wheel the roles install on the hosts); in a checkout, from the
@@ -47,8 +51,11 @@ from ansible.errors import AnsibleFilterError  # noqa: E402
 
 from warmctl.calendar import CalendarError, calendar_error, to_oncalendar  # noqa: E402
 from warmctl.facts import instance_facts  # noqa: E402
+from warmctl.fleet import host_results, role_options, verify_argv  # noqa: E402
+from warmctl.roles import role_defaults  # noqa: E402
 from warmctl.unitfile import env_quote, systemd_quote  # noqa: E402
 from warmctl.validate import validate  # noqa: E402
+from warmctl.verify_table import fleet_lines  # noqa: E402
 
 
 def vllm_oncalendar(expr: Any) -> list[str]:
@@ -70,6 +77,44 @@ def vllm_validate(variables: Any, host: str, device: str | None = None) -> list[
     return validate(variables, host, device)
 
 
+def vllm_role_var(variables: Any, name: str) -> Any:
+    """`variables[name]` (e.g. of `vars`), else its default in the collection's roles (one
+    source: roles/*/defaults/main.yml), not a copy of it in the reading role."""
+    value = variables.get(name) if hasattr(variables, "get") else None
+    return role_defaults().get(name) if value is None else value
+
+
+def vllm_verify_argv(
+    urls: Any, warmctl: str, settings: Any, wait_ready: bool = False, as_json: bool = False
+) -> list[str]:
+    """The argv of `warmctl verify` for the role: `settings` its vllm_verify_* (see
+    warmctl.fleet.role_options), built as `warmctl verify --inventory` builds a host's."""
+    options = role_options(dict(settings))
+    return verify_argv(warmctl, list(urls), options, wait_ready=wait_ready, as_json=as_json)
+
+
+def vllm_verify_results(results: Any, host: str) -> list[dict[str, Any]]:
+    """A looped verify task's registered results -> one result per instance, with `instance`."""
+    rows: list[dict[str, Any]] = []
+    for res in results or []:
+        if not isinstance(res, dict) or not isinstance(res.get("item"), dict):
+            continue
+        name = str(res["item"].get("name", ""))
+        for r in host_results(host, [f"{host}/{name}"], res):
+            rows.append({**r, "instance": name})
+    return rows
+
+
+def vllm_verify_table(hostvars: Any, hosts: Any, key: str = "__vllm_verify_rows") -> list[str]:
+    """The fleet's table, a line each (warmctl's own): every host of `hosts` whose `key` is set."""
+    rows = {}
+    for host in hosts:
+        found = hostvars[host].get(key)
+        if isinstance(found, list):
+            rows[str(host)] = found
+    return fleet_lines(rows)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -79,4 +124,8 @@ class FilterModule:
             "vllm_calendar_error": calendar_error,
             "vllm_instance_facts": vllm_instance_facts,
             "vllm_validate": vllm_validate,
+            "vllm_role_var": vllm_role_var,
+            "vllm_verify_argv": vllm_verify_argv,
+            "vllm_verify_results": vllm_verify_results,
+            "vllm_verify_table": vllm_verify_table,
         }

@@ -12,6 +12,7 @@ from tests.ansible.conftest import run_playbook, write_inventory
 from tests.double.fixtures import vllm_double_factory  # noqa: F401
 
 VENV = Path(sys.executable).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 STUB = """#!/bin/sh
 echo "ARGS $*"
@@ -152,3 +153,16 @@ def test_hosts_measure_themselves_and_the_controller_tabulates(
     assert "warmctl_verify_first_ttft_seconds" in {
         f.name for f in text_string_to_metric_families(text)
     }
+
+
+def test_the_role_leaves_the_argv_the_reading_and_the_table_to_warmctl() -> None:
+    """One fleet verify: the role builds no verify argv, reads no JSON and formats no table of
+    its own (warmctl.fleet and warmctl.verify_table through the filters), and derives no port or
+    gate path (vllm_instance_facts) nor copies another role's default."""
+    tasks = (ROOT / "roles/vllm_verify/tasks/main.yml").read_text()
+    defaults = (ROOT / "roles/vllm_verify/defaults/main.yml").read_text()
+    for copy in ("%-", "from_json", "'verify'", "'--", "vllm_service_port", "/run/vllm-gate"):
+        assert copy not in tasks, copy
+    for default in ("/opt/warmctl", "default([])", "default('')"):
+        assert default not in defaults, default
+    assert "warmctl.vllm.vllm_verify_argv" in tasks and "warmctl.vllm.vllm_verify_table" in tasks

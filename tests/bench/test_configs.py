@@ -163,7 +163,7 @@ def test_bad_tensor_parallel_size_is_one_line(tmp_path):
 
 
 def test_an_instance_keeps_its_extra_args_after_the_sites(site):
-    """What `scripts/tune_bench.py` deploys: tune's flags after the machine's own."""
+    """What `tools/experiments/tune_bench.py` deploys: tune's flags after the machine's own."""
     tuned = configs.Config(
         "U",
         "tuned",

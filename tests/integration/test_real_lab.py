@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from tests.lib import deps, model, vllmcpu
 from tests.lib.common import LabError
+from tests.lib.procgroup import group_members
 from tests.lib.server import VllmServer
-
-from warmctl.procs import group_members
 
 FLAGS_AVX2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma\n"
 FLAGS_OLD = "processor\t: 0\nflags\t\t: fpu sse sse2 avx\n"

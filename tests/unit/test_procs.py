@@ -9,7 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from warmctl.procs import die_with_parent, group_members, session_pids
+from tests.lib.procgroup import group_members
+
+from warmctl.procs import die_with_parent, session_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTER = (

@@ -23,7 +23,6 @@ from warmctl.tune import (
     capture_sizes,
     delta,
     instance_changes,
-    padding_bound,
     parse_scrape,
     propose,
     size_grid,
@@ -83,6 +82,11 @@ def obs(
     for key, value in server.items():
         setattr(o, key, value)
     return o
+
+
+def padding_bound(n: int, max_padding: float) -> int:
+    """The largest graph a step of `n` tokens may be padded to, as `size_grid` promises."""
+    return max(math.floor(n * (1 + max_padding)), n + 7)
 
 
 @pytest.mark.parametrize("p", [0.05, 0.1, 0.2, 0.25, 0.33, 0.5, 1.0])

@@ -7,6 +7,10 @@ ports on 127.0.0.1 (the proxy when there is one, else vLLM), all hosts at once t
 ansible-playbook; each host's `verify --json` comes back to the controller as a file, and the
 controller only tabulates. The network path from the controller is not measured: that is what
 `--from controller` is for.
+
+The role warmctl.vllm.vllm_verify measures the same way and reads the same output: the argv of a
+host's verify (`verify_argv`) and the reading of what came back (`host_results`) are this
+module's, for both (the role through the collection's filters).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,19 +79,66 @@ def local_url(t: Target) -> str:
     return Target(t.scheme, "127.0.0.1", t.port, t.prefix).base_url
 
 
+def verify_argv(
+    warmctl: str,
+    urls: Sequence[str],
+    options: Mapping[str, Any],
+    *,
+    wait_ready: bool = False,
+    as_json: bool = False,
+) -> list[str]:
+    """The command line of a `warmctl verify` run on others' behalf (a host's own, the role's):
+    `options` maps an option's name (max_ratio) to its value; None and False leave it out, True
+    is a flag, numbers are written as `%g`."""
+    argv = [warmctl, "verify"] + (["--wait-ready"] if wait_ready else [])
+    argv += (["--json"] if as_json else []) + [str(u) for u in urls]
+    for name, value in options.items():
+        if value is None or value is False:
+            continue
+        argv.append("--" + name.replace("_", "-"))
+        if value is not True:
+            argv.append(f"{value:g}" if isinstance(value, float) else str(value))
+    return argv
+
+
+def role_options(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """The role's vllm_verify_* as `verify_argv` options (max_first_ttft, max_ratio, attempts,
+    asleep_ok, textfile_dir, instance): a threshold of 0 and one attempt are warmctl's own
+    defaults, left out; the textfile options only with a directory."""
+    first = float(variables.get("max_first_ttft") or 0)
+    ratio = float(variables.get("max_ratio") or 0)
+    attempts = int(variables.get("attempts") or 1)
+    textfile_dir = str(variables.get("textfile_dir") or "")
+    return {
+        "max_first_ttft": first if first > 0 else None,
+        "max_ratio": ratio if ratio > 0 else None,
+        "attempts": attempts if attempts > 1 else None,
+        "asleep_ok": str(variables.get("asleep_ok")).lower() in ("true", "yes", "1", "on"),
+        "textfile_dir": textfile_dir or None,
+        "instance": str(variables.get("instance") or "") or None if textfile_dir else None,
+    }
+
+
 def plan(
     hosts: Sequence[tuple[str, dict[str, Any], list[Target]]],
-    verify_args: Callable[[Target], list[str]],
+    options_for: Callable[[Target], Mapping[str, Any]],
+    *,
+    wait_ready: bool = False,
 ) -> list[HostPlan]:
-    """`verify_args(first target of the host)`: the options the host's verify gets (its
+    """`options_for(first target of the host)`: the options the host's verify gets (its
     thresholds come from the inventory host, the same for all its instances)."""
     out = []
     for name, hv, targets in hosts:
         if not targets:
             continue
         venv = str(hv.get("vllm_install_warmctl_venv") or DEFAULT_WARMCTL_VENV)
-        argv = [f"{venv}/bin/warmctl", "verify", "--json"]
-        argv += [local_url(t) for t in targets] + verify_args(targets[0])
+        argv = verify_argv(
+            f"{venv}/bin/warmctl",
+            [local_url(t) for t in targets],
+            options_for(targets[0]),
+            wait_ready=wait_ready,
+            as_json=True,
+        )
         out.append(HostPlan(name, list(targets), argv))
     return out
 
@@ -116,32 +167,35 @@ def _failure_line(output: str, host: str) -> str:
     return "no result came back (see ansible-playbook's output with -v)"
 
 
-def _host_results(p: HostPlan, raw: dict[str, Any]) -> list[dict[str, Any]]:
-    """The host's verify results, relabelled with the inventory's names."""
+def host_results(host: str, labels: Sequence[str], raw: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What a host's `warmctl verify --json` run answered (`raw`: its rc, stdout, stderr, msg as
+    Ansible's command module registers them), one result per target, relabelled with `labels`
+    (the inventory's names of its targets, in the argv's order); a run without its JSON: an
+    ERROR per target with the last line it printed."""
     try:
         payload = json.loads(raw.get("stdout") or "")
         results = list(payload["results"])
     except (ValueError, KeyError, TypeError):
-        why = (raw.get("stderr") or raw.get("msg") or "").strip().splitlines()
+        why = str(raw.get("stderr") or raw.get("msg") or "").strip().splitlines()
         last = why[-1] if why else f"exit {raw.get('rc')}, no JSON"
-        err = f"{p.name}: warmctl verify on the host failed: {last}"
-        return [_error(t, err) for t in p.targets]
-    if len(results) != len(p.targets):
-        err = f"{p.name}: the host's verify answered {len(results)} results, not {len(p.targets)}"
-        return [_error(t, err) for t in p.targets]
+        err = f"{host}: warmctl verify on the host failed: {last}"
+        return [_error(label, err) for label in labels]
+    if len(results) != len(labels):
+        err = f"{host}: the host's verify answered {len(results)} results, not {len(labels)}"
+        return [_error(label, err) for label in labels]
     out = []
-    for t, r in zip(p.targets, results, strict=True):
+    for label, r in zip(labels, results, strict=True):
         local = str(r.get("target", ""))
-        r = {**r, "target": t.label, "measured_from": "host"}
+        r = {**r, "target": label, "measured_from": "host"}
         if isinstance(r.get("error"), str):
-            r["error"] = r["error"].replace(local, t.label, 1)
+            r["error"] = r["error"].replace(local, label, 1)
         out.append(r)
     return out
 
 
-def _error(t: Target, message: str) -> dict[str, Any]:
+def _error(label: str, message: str) -> dict[str, Any]:
     return {
-        "target": t.label,
+        "target": label,
         "status": "ERROR",
         "error": message,
         "reasons": [],
@@ -195,7 +249,8 @@ def verify_on_hosts(
             path = out_dir / f"{p.name}.json"
             if not path.exists():
                 err = f"{p.name}: not measured: Ansible: {_failure_line(output, p.name)}"
-                results.extend(_error(t, err) for t in p.targets)
+                results.extend(_error(t.label, err) for t in p.targets)
                 continue
-            results.extend(_host_results(p, json.loads(path.read_text())))
+            labels = [t.label for t in p.targets]
+            results.extend(host_results(p.name, labels, json.loads(path.read_text())))
         return results

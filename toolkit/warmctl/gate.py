@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from warmctl.client import Client
 from warmctl.errors import WarmctlError
-from warmctl.sleepwake import DrainResult, SleepReport, Step, drain
+from warmctl.sleepwake import DrainResult, SleepReport, drain, drain_step
 
 T = TypeVar("T")
 
@@ -125,15 +125,7 @@ def drain_only_report(
     t0 = time.monotonic()
     report = SleepReport(target=client.target.label, level=0)
     client.health()
-    report.drain = drain(client, drain_timeout, poll_interval, on_wait=on_wait)
-    report.steps.append(Step("drain", report.drain.seconds))
-    if not report.drain.drained:
-        d = report.drain
-        raise WarmctlError(
-            f"{client.target.label}: not drained: still {d.still()} "
-            f"after --drain-timeout {drain_timeout:g} s",
-            kind="drain_timeout",
-        )
+    drain_step(client, report, drain_timeout, poll_interval, on_wait, "not drained")
     report.total_s = time.monotonic() - t0
     return report
 

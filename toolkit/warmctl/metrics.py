@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,17 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 SLEEP_STATE = "vllm:engine_sleep_state"
 TTFT = "vllm:time_to_first_token_seconds"
+# what `warmctl tune` reads
+STEP_TOKENS = "vllm:iteration_tokens_total"
+PROMPT_TOKENS = "vllm:request_prompt_tokens"
+GENERATION_TOKENS = "vllm:request_generation_tokens"
+INFERENCE_TIME = "vllm:request_inference_time_seconds"
+QUEUE_TIME = "vllm:request_queue_time_seconds"
+E2E_TIME = "vllm:e2e_request_latency_seconds"
+PREEMPTIONS = "vllm:num_preemptions"  # counter (sample vllm:num_preemptions_total)
+SUCCESS = "vllm:request_success"  # counter, per finished_reason
+KV_USAGE = "vllm:kv_cache_usage_perc"
+CACHE_INFO = "vllm:cache_config_info"
 # vllm:engine_sleep_state{sleep_state=...} == 1 -> sleep level
 SLEEP_LEVELS = {"awake": 0, "weights_offloaded": 1, "discard_all": 2}
 
@@ -75,40 +87,64 @@ class Metrics:
         }
 
 
-def parse_metrics(text: str, label: str = "server") -> Metrics:
-    """Parse Prometheus text format; values of several label sets (engines, models) are summed."""
+@dataclass
+class Families:
+    """One `/metrics` text as prometheus_client parses it: the histograms asked for, summed over
+    label sets (engines, models), and every other family's samples."""
+
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    samples: dict[str, list[Any]] = field(default_factory=dict)  # prometheus_client Samples
+
+    def values(self, family: str, sample: str | None = None) -> list[float]:
+        """The values of `family`'s samples named `sample` (default: the family's own name)."""
+        name = sample or family
+        return [s.value for s in self.samples.get(family, []) if s.name == name]
+
+
+def read_families(text: str, label: str = "server", histograms: Collection[str] = ()) -> Families:
+    """The one `/metrics` parser (prometheus_client's): `histograms` are summed over label sets;
+    text that is not Prometheus format raises (kind `protocol`)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    out = Metrics()
-    buckets: dict[float, float] = {}
-    sleep_flags: dict[str, float] = {}
+    out = Families()
+    buckets: dict[str, dict[float, float]] = {}
     try:
         for family in text_string_to_metric_families(text):
-            if family.name in (RUNNING, WAITING):
-                values = [s.value for s in family.samples if s.name == family.name]
-                if values:
-                    setattr(out, "running" if family.name == RUNNING else "waiting", sum(values))
-            elif family.name == SLEEP_STATE:
-                for s in family.samples:
-                    state = s.labels.get("sleep_state")
-                    if state:
-                        sleep_flags[state] = max(sleep_flags.get(state, 0.0), s.value)
-            elif family.name == TTFT:
-                hist = out.ttft = Histogram()
-                for s in family.samples:
-                    if s.name.endswith("_bucket"):
-                        le = float(s.labels["le"])
-                        buckets[le] = buckets.get(le, 0.0) + s.value
-                    elif s.name.endswith("_count"):
-                        hist.count += s.value
-                    elif s.name.endswith("_sum"):
-                        hist.total += s.value
+            if family.name not in histograms:
+                out.samples.setdefault(family.name, []).extend(family.samples)
+                continue
+            hist = out.histograms.setdefault(family.name, Histogram())
+            per_le = buckets.setdefault(family.name, {})
+            for s in family.samples:
+                if s.name.endswith("_bucket"):
+                    le = float(s.labels["le"])
+                    per_le[le] = per_le.get(le, 0.0) + s.value
+                elif s.name.endswith("_count"):
+                    hist.count += s.value
+                elif s.name.endswith("_sum"):
+                    hist.total += s.value
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise WarmctlError(
             f"{label}: /metrics is not Prometheus text format ({exc})", kind="protocol"
         ) from None
-    if out.ttft is not None:
-        out.ttft.buckets = sorted(buckets.items())
+    for name, per_le in buckets.items():
+        out.histograms[name].buckets = sorted(per_le.items())
+    return out
+
+
+def parse_metrics(text: str, label: str = "server") -> Metrics:
+    """Parse Prometheus text format; values of several label sets (engines, models) are summed."""
+    families = read_families(text, label, histograms=(TTFT,))
+    out = Metrics(ttft=families.histograms.get(TTFT))
+    for name, attr in ((RUNNING, "running"), (WAITING, "waiting")):
+        values = families.values(name)
+        if values:
+            setattr(out, attr, sum(values))
+    sleep_flags: dict[str, float] = {}
+    for s in families.samples.get(SLEEP_STATE, []):
+        state = s.labels.get("sleep_state")
+        if state:
+            sleep_flags[state] = max(sleep_flags.get(state, 0.0), s.value)
     if sleep_flags:
         asleep = [s for s in ("discard_all", "weights_offloaded") if sleep_flags.get(s, 0) >= 1]
         if asleep:

@@ -1,7 +1,7 @@
 """Child processes that must not outlive their starter, and finding what is left of them.
 
 Used by the lab's vLLM server and the benchmark's: each runs in its own session, gets SIGKILL
-when the process that started it dies, and is found through /proc by group or session.
+when the process that started it dies, and is found through /proc by its session.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
 # fields of /proc/PID/stat after the command name: state ppid pgrp session ...
-_PGRP, _SESSION = 2, 3
+_SESSION = 3
 
 
 def die_with_parent() -> None:
@@ -39,11 +39,6 @@ def _members(index: int, value: int, *, live_only: bool) -> list[int]:
         if len(fields) > index and int(fields[index]) == value and not (live_only and zombie):
             found.append(int(entry.name))
     return sorted(found)
-
-
-def group_members(pgid: int) -> list[int]:
-    """PIDs whose process group is `pgid`, zombies included (nothing may be left behind)."""
-    return _members(_PGRP, pgid, live_only=False)
 
 
 def session_pids(sid: int) -> list[int]:

@@ -201,15 +201,7 @@ def sleep(
         raise WarmctlError(
             f"{client.target.label}: {problem}; not put to sleep", kind="unsupported"
         )
-    report.drain = drain(client, drain_timeout, poll_interval, on_wait=on_wait)
-    report.steps.append(Step("drain", report.drain.seconds))
-    if not report.drain.drained:
-        d = report.drain
-        raise WarmctlError(
-            f"{client.target.label}: not put to sleep: still {d.still()} "
-            f"after --drain-timeout {drain_timeout:g} s",
-            kind="drain_timeout",
-        )
+    drain_step(client, report, drain_timeout, poll_interval, on_wait, "not put to sleep")
     if before_sleep is not None:
         s0 = time.monotonic()
         report.output_check = before_sleep()
@@ -222,6 +214,26 @@ def sleep(
     report.steps.append(Step("confirm", _wait_sleeping(client, True, 30.0, poll_interval)))
     report.total_s = time.monotonic() - t0
     return report
+
+
+def drain_step(
+    client: Client,
+    report: SleepReport,
+    drain_timeout: float,
+    poll_interval: float,
+    on_wait: Callable[[str], None] | None,
+    not_done: str,
+) -> None:
+    """The drain before a sleep or a stop, recorded in `report`; one that times out raises (kind
+    `drain_timeout`, "LABEL: `not_done`: still ... after --drain-timeout S s")."""
+    report.drain = drain(client, drain_timeout, poll_interval, on_wait=on_wait)
+    report.steps.append(Step("drain", report.drain.seconds))
+    if not report.drain.drained:
+        raise WarmctlError(
+            f"{client.target.label}: {not_done}: still {report.drain.still()} "
+            f"after --drain-timeout {drain_timeout:g} s",
+            kind="drain_timeout",
+        )
 
 
 @dataclass

@@ -21,7 +21,8 @@ from typing import Any
 
 from warmctl.client import Client
 from warmctl.errors import WarmctlError
-from warmctl.stream import StreamResult, median, percentile, stream_completion
+from warmctl.firststeady import first_then_steady, first_vs_steady
+from warmctl.stream import StreamResult, percentile, stream_completion
 
 PASS, FAIL, ASLEEP, ERROR = "PASS", "FAIL", "ASLEEP", "ERROR"
 VERIFY_PROMPT = (
@@ -104,7 +105,7 @@ class VerifyReport:
 
     @property
     def steady_median_s(self) -> float | None:
-        return median(self.steady_ttfts_s)
+        return first_vs_steady(self.first_ttft_s, self.steady_ttfts_s)[0]
 
     @property
     def steady_p90_s(self) -> float | None:
@@ -112,10 +113,7 @@ class VerifyReport:
 
     @property
     def ratio(self) -> float | None:
-        first, steady = self.first_ttft_s, self.steady_median_s
-        if first is None or not steady:
-            return None
-        return first / steady
+        return first_vs_steady(self.first_ttft_s, self.steady_ttfts_s)[1]
 
     @property
     def decode_ms_per_token(self) -> float | None:
@@ -208,15 +206,14 @@ def verify(
             report.status = ASLEEP
             report.reasons = ["the server is asleep: run `warmctl wake` first"]
             return report
-        say("measuring the first request")
-        report.first = stream_completion(
-            client, report.model, unique(prompt), max_tokens=max_tokens
+        requests = first_then_steady(
+            lambda: stream_completion(client, report.model, unique(prompt), max_tokens=max_tokens),
+            steady,
+            on_wait,
         )
-        for n in range(steady):
-            say(f"measuring steady request {n + 1} of {steady}")
-            report.steady.append(
-                stream_completion(client, report.model, unique(prompt), max_tokens=max_tokens)
-            )
+        report.first = next(requests)
+        for result in requests:
+            report.steady.append(result)
         if decode_tokens >= 2:
             say(f"measuring decode speed ({decode_tokens} tokens)")
             report.decode = stream_completion(

@@ -9,7 +9,6 @@ elapsed column counts from the host's first line.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -80,9 +79,3 @@ def board(enabled: bool) -> Iterator[Callable[[str], Tracker | None]]:
 
 def say_of(tracker: Tracker | None) -> Say | None:
     return tracker.say if tracker is not None else None
-
-
-def elapsed_note(t0: float, limit: float | None = None) -> str:
-    """'12 s' or '12 s of 600 s'."""
-    spent = time.monotonic() - t0
-    return f"{spent:.0f} s" + (f" of {limit:g} s" if limit is not None else "")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from warmctl.bench.api import Api, Sample
 from warmctl.bench.prompts import prompt
+from warmctl.firststeady import first_then_steady, first_vs_steady
 
 
 class Counter:
@@ -74,15 +75,19 @@ def single(
     opened first (as a load balancer's is), so no request pays a TCP handshake. With
     `idle_gap_s`, one more request follows that long a pause (a warm server, only idle)."""
     api.connect()
-    samples = [api.complete(prompt(counter.next()), max_tokens) for _ in range(n)]
+    samples = list(
+        first_then_steady(lambda: api.complete(prompt(counter.next()), max_tokens), n - 1)
+    )
     ms = [_ms(s) for s in samples]
+    steady_ms, _ = first_vs_steady(ms[0], ms[1:])
     after_idle = None
     if idle_gap_s > 0:
         time.sleep(idle_gap_s)
         after_idle = _ms(api.complete(prompt(counter.next()), max_tokens))
     return Single(
-        ms[0], statistics.median(ms[1:]), ms, samples[0].prompt_tokens, after_idle, idle_gap_s
-    )
+        ms[0], float("nan") if steady_ms is None else steady_ms, ms, samples[0].prompt_tokens,
+        after_idle, idle_gap_s,
+    )  # fmt: skip
 
 
 class BurstPool:

@@ -195,13 +195,10 @@ def _targets(
         raise WarmctlError(
             "no host given: pass HOST[:PORT] or a URL (or --inventory)", kind="input"
         )
-    seen: set[str] = set()
-    unique = []
+    first: dict[str, Target] = {}
     for t in targets:
-        if t.base_url not in seen:
-            seen.add(t.base_url)
-            unique.append(t)
-    return unique, where, graphs
+        first.setdefault(t.base_url, t)  # one target per door, the first to name it
+    return list(first.values()), where, graphs
 
 
 def _report(

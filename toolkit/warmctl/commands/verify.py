@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
-from warmctl.options import guard, host_options, per_host, resolve_targets, textfile_options
-from warmctl.target import Target
+from warmctl.options import guard, host_options, textfile_options
 from warmctl.warmup_cli import wait_ready_option
 
 
@@ -178,187 +176,49 @@ def command(
     """
 
     def body() -> int:
-        from warmctl.client import Client
-        from warmctl.fleet import plan, verify_on_hosts
-        from warmctl.gate import VERIFY_HEADER
-        from warmctl.options import check_instance_name, inventory_parallel, write_metrics
-        from warmctl.output import (
-            console,
-            emit_json,
-            error_line,
-            journal_attached,
-            ms,
-            status_style,
-            table,
-            warning_line,
+        from warmctl.options import check_instance_name
+        from warmctl.verify_run import (
+            Settings,
+            measure_here,
+            measure_on_hosts,
+            report,
+            split_targets,
         )
-        from warmctl.verify import Thresholds, VerifyReport, exit_code, verify_attempts
-        from warmctl.waits import board, say_of
 
-        # HOST arguments are measured from here; inventory hosts measure themselves unless
-        # --from controller
-        inventory: list = []
-        if inventory_path is not None and measure_from == "host":
-            from warmctl.inventory import inventory_hosts
-
-            targets = resolve_targets(hosts) if hosts else []
-            inventory = inventory_hosts(str(inventory_path), limit)
-            seen = {t.base_url for t in targets}
-            for _, _, host_targets in inventory:
-                targets += [t for t in host_targets if t.base_url not in seen]
-        else:
-            targets = resolve_targets(hosts, inventory_path, limit)
-        here = [t for t in targets if not any(t in ts for _, _, ts in inventory)]
+        targets, inventory, here = split_targets(hosts, inventory_path, limit, measure_from)
         check_instance_name(instance_name, targets)
         ctx = click.get_current_context()
-        given = {
-            name
-            for name in ("max_first_ttft", "max_ratio", "attempts")
-            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
-        }
-
-        def limits_for(t: Target) -> Thresholds:
-            """The command line wins, then the inventory's vllm_verify_* of the host."""
-            first = t.settings.get("max_first_ttft", max_first_ttft)
-            ratio = t.settings.get("max_ratio", max_ratio)
-            return Thresholds(
-                max_first_ttft if "max_first_ttft" in given else first,
-                max_ratio if "max_ratio" in given else ratio,
-                max_steady_ttft,
-                max_decode_ms,
-            )
-
-        def attempts_for(t: Target) -> int:
-            return attempts if "attempts" in given else int(t.settings.get("attempts", attempts))
-
-        def host_args(t: Target) -> list[str]:
-            """The options of a host's own verify: the same measurement, its limits."""
-            limits = limits_for(t)
-            args = [
-                "--max-first-ttft", f"{limits.max_first_ttft_s:g}",
-                "--max-ratio", f"{limits.max_ratio:g}",
-                "--attempts", str(attempts_for(t)),
-                "--attempt-pause", f"{attempt_pause:g}",
-                "--steady", str(steady),
-                "--max-tokens", str(max_tokens),
-                "--decode-tokens", str(decode_tokens),
-                "--ready-timeout", f"{ready_timeout:g}",
-                "--timeout", f"{timeout:g}",
-            ]  # fmt: skip
-            if wait_ready:
-                args.append("--wait-ready")
-            if model:
-                args += ["--model", model]
-            if max_steady_ttft is not None:
-                args += ["--max-steady-ttft", f"{max_steady_ttft:g}"]
-            if max_decode_ms is not None:
-                args += ["--max-decode-ms", f"{max_decode_ms:g}"]
-            return args
-
-        by_url: dict[str, dict] = {}
+        settings = Settings(
+            max_first_ttft, max_ratio, max_steady_ttft, max_decode_ms, steady, max_tokens,
+            decode_tokens, ready_timeout, timeout, model, attempts, attempt_pause, wait_ready,
+            given=frozenset(
+                name
+                for name in ("max_first_ttft", "max_ratio", "attempts")
+                if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+            ),
+        )  # fmt: skip
+        by_url: dict[str, dict[str, Any]] = {}
         if inventory:
-            plans = plan(inventory, host_args)
-            # every host at once (each measures itself), unless told otherwise: --parallel, or
-            # the inventory's vllm_verify_throttle (hosts that share cores, like a test bed)
-            throttle = [int(t.settings["parallel"]) for t in targets if t.settings.get("parallel")]
-            forks = parallel or (min(throttle) if throttle else len(plans))
-            fleet = verify_on_hosts(str(inventory_path), plans, api_key=api_key, forks=forks)
-            flat = [t for p in plans for t in p.targets]
-            by_url.update({t.base_url: r for t, r in zip(flat, fleet, strict=True)})
-        with board(not as_json and bool(here)) as track:
-            reports = (
-                per_host(
-                    here,
-                    lambda t: verify_attempts(
-                        Client(t, api_key, timeout, headers={VERIFY_HEADER: "1"}),
-                        attempts=attempts_for(t),
-                        pause_s=attempt_pause,
-                        steady=steady,
-                        max_tokens=max_tokens,
-                        decode_tokens=decode_tokens,
-                        thresholds=limits_for(t),
-                        ready_timeout=ready_timeout,
-                        model=model,
-                        wait_start=wait_ready,
-                        on_wait=say_of(track(t.label)),
-                    ),
-                    workers=parallel or inventory_parallel(here or targets),
+            by_url.update(
+                measure_on_hosts(
+                    str(inventory_path), inventory, targets, settings,
+                    api_key=api_key, parallel=parallel,
                 )
-                if here
-                else []
+            )  # fmt: skip
+        by_url.update(
+            measure_here(
+                here, targets, settings,
+                api_key=api_key, parallel=parallel, show=not as_json and bool(here),
             )
-        for t, r in zip(here, reports, strict=True):
-            report = r if isinstance(r, VerifyReport) else VerifyReport(t.label, error=str(r))
-            by_url[t.base_url] = report.to_dict()
+        )  # fmt: skip
         done = [by_url[t.base_url] for t in targets]
-        code = exit_code(done, asleep_ok=asleep_ok)
-        code = max(code, write_metrics(textfile_dir, instance_name, "verify", targets, done))
-        in_journal = journal_attached(sys.stderr)
-        for d in done:
-            if d.get("error"):
-                error_line(d["error"])
-            elif d["status"] != "PASS" and in_journal:  # `journalctl -p warning` finds it
-                warning_line(f"{d['target']}: {d['status']}: {_why(d)}")
-        if as_json:
-            emit_json("verify", done, code)
-            return code
-        if all(d["status"] == "ERROR" for d in done):
-            return code  # nothing measured: the one line per host on stderr says it all
-        rows = []
-        for d in done:
-            ratio = "-" if d.get("ratio") is None else f"{d['ratio']:.2f}x"
-            decode = d.get("decode_ms_per_token")
-            attempt = d.get("attempt") or 1
-            rows.append(
-                [
-                    d["target"],
-                    status_style(d["status"]) + (f" (attempt {attempt})" if attempt > 1 else ""),
-                    ms(d.get("first_ttft_s")),
-                    ms(d.get("first_total_s")),
-                    ms(d.get("steady_median_ttft_s")),
-                    ms(d.get("steady_p90_ttft_s")),
-                    ratio,
-                    "-" if decode is None else f"{decode:.2f}",
-                    _why(d),
-                ]
-            )
-        console().print(
-            table(
-                None,
-                [
-                    "HOST",
-                    "RESULT",
-                    "FIRST TTFT",
-                    "FIRST TOTAL",
-                    "STEADY TTFT p50",
-                    "p90",
-                    "FIRST/STEADY",
-                    "DECODE ms/tok",
-                    "WHY",
-                ],
-                rows,
-            )
+        return report(
+            done,
+            targets,
+            as_json=as_json,
+            asleep_ok=asleep_ok,
+            textfile_dir=textfile_dir,
+            instance_name=instance_name,
         )
-        return code
 
     guard(body)
-
-
-def _why(report: dict[str, Any]) -> str:
-    """Why the host failed, after why each earlier attempt did ("attempt 1: ...")."""
-    reasons = report.get("reasons") or []
-    now = "; ".join(reasons) if reasons else _without_label(report.get("error"), report["target"])
-    earlier = report.get("earlier_attempts") or []
-    if not earlier:
-        return now
-    notes = [f"attempt {n}: {'; '.join(e.get('reasons') or [])}" for n, e in enumerate(earlier, 1)]
-    if now:
-        notes.append(f"attempt {report.get('attempt')}: {now}")
-    return " | ".join(notes)
-
-
-def _without_label(message: str | None, label: str) -> str:
-    """The HOST column already names the host."""
-    if not message:
-        return ""
-    return message.removeprefix(f"{label}: ")

@@ -11,7 +11,7 @@ idle gaps from 0 to 4 s (the GPU's SM clock sampled meanwhile by nvidia-smi).
 Prints a table, writes JSON.
 
 Usage (GPU machine, vLLM importable by python3):
-  python3 scripts/gpu_graph_probe.py --model /root/models/qwen3-0.6b-random --out /root/out
+  python3 tools/experiments/gpu_graph_probe.py --model /root/models/qwen3-0.6b-random --out /root/out
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ LENGTHS = [12, 20, 40, 60, 100, 131, 180, 250, 300, 450, 500]
 REPEAT = 6
 GAPS = [0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 2.0, 4.0]
 IDLE_REPEAT = 8
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def wait_ready(base: str, proc: subprocess.Popen[bytes], limit: float = 400.0) -> float:

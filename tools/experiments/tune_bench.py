@@ -16,7 +16,7 @@ capture time from its log, first vs steady single request (c=1), first vs steady
 and the mix (TTFT p50/p90, output tokens/s). Prints a table, writes OUT/tune_bench.json (rewritten
 after every start). Figures are compared within one run, as ratios.
 
-    PYTHONPATH=toolkit python3 scripts/tune_bench.py --model /root/models/qwen3-0.6b-random \
+    PYTHONPATH=toolkit python3 tools/experiments/tune_bench.py --model /root/models/qwen3-0.6b-random \
         --python "$(command -v python3)" --out /root/tune --budget 440 \
         --env VLLM_USE_FLASHINFER_SAMPLER=0
 """

@@ -6,7 +6,7 @@ The fleet is N local-connection inventory hosts, each in front of a loopback vLL
 (tests/double) whose first token comes after FIRST s and later ones after STEADY s, so every
 figure has a known true value. Each host's own warmctl is this checkout's.
 
-python scripts/bench_fleet_verify.py --hosts 1,8 --out fleet-verify.json
+python tools/experiments/bench_fleet_verify.py --hosts 1,8 --out fleet-verify.json
 Prints a table and writes the raw results as JSON.
 """
 
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.double import VllmDouble  # noqa: E402

@@ -3,7 +3,8 @@
 vllm_systemd_quote / vllm_env_quote: quoting for unit files and environment files;
 vllm_oncalendar: cron or OnCalendar -> list of OnCalendar expressions (checked);
 vllm_calendar_error: '' or the reason an expression is unusable (for preflight asserts);
-vllm_instance_facts: an instance's derived facts (warmctl.facts; vllm_preflight sets them once per host);
+vllm_instance_facts: an instance's derived facts (warmctl.facts; vllm_preflight sets them once
+per host);
 vllm_validate: every problem of a host's role variables, one line each (warmctl.validate);
 vllm_role_var: a role variable as the host has it, else the collection's default (warmctl.roles);
 vllm_verify_argv / vllm_verify_results / vllm_verify_table: the vllm_verify role's host-side

@@ -72,14 +72,9 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
 ]
 ROLE_VAR = re.compile(r"\b(vllm_[a-z]+_\w+)\s*\|\s*default\(")
 
-# TODO (issue 23): files not yet reading the facts; the lead shrinks this list to empty.
-# vllm_verify is being rewritten to share warmctl's fleet verify code (its port rule and its
-# defaults of other roles' variables); the window service template keeps its own level default
-# (`w.level | default(1)`, dead now: the roles and warmctl render pass the window's facts) and
-# preflight's host probe its defaults of vllm_install's venv and cache folders: both files are
-# owned by other work of the issue.
+# TODO (issue 23): files not yet reading the facts; shrinks to empty. Preflight's host probe
+# keeps its defaults of vllm_install's venv and cache folders until its own rework lands.
 NOT_YET_ONE_HOME = {
-    "roles/vllm_verify/tasks/main.yml",
     "roles/vllm_preflight/tasks/host.yml",
 }
 

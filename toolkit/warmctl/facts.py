@@ -15,6 +15,7 @@ collection's `warmctl.vllm.vllm_instance_facts` filter, once per host in vllm_pr
               vllm_service_bind
     target    HOST:PORT that reaches vLLM from the host itself (warmup, sleep, wake, drain)
     warmctl   the host's warmctl (vllm_install_warmctl_venv/bin/warmctl)
+    python    vLLM's interpreter (vllm_install_vllm_python, else vllm_install_venv/bin/python)
     unit, gate, draining, warming   the unit's name and the proxy gate's flag files
     windows   the sleep windows, each with its level (default SLEEP_LEVEL) and unit names
     files     every file the roles render for the instance: path, template, role, window, action
@@ -41,6 +42,8 @@ SETTINGS = (
     "vllm_service_config_dir",
     "vllm_service_unit_dir",
     "vllm_install_warmctl_venv",
+    "vllm_install_venv",
+    "vllm_install_vllm_python",
 )
 SLEEP_LEVEL = 1  # a window's vLLM sleep level unless it names one
 ACTIONS = ("sleep", "wake")  # a window's two timers and services
@@ -60,6 +63,7 @@ class InstanceFacts:
     bind: str
     target: str
     warmctl: str  # the host's warmctl (the warmup, the windows, the drain)
+    python: str  # vLLM's interpreter: vllm_install_vllm_python, else the role's venv's
     unit: str
     gate_dir: str
     gate: str  # flag files of the proxy's gate (warmctl.gate): asleep
@@ -195,6 +199,7 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         bind=bind,
         target=f"{local}:{upstream}",
         warmctl=f"{s['vllm_install_warmctl_venv']}/bin/warmctl",
+        python=str(s["vllm_install_vllm_python"] or f"{s['vllm_install_venv']}/bin/python"),
         unit=f"vllm-{name}.service",
         gate_dir=gate_dir,
         gate=f"{gate_dir}/{name}.closed",

@@ -391,6 +391,12 @@ def _not_empty(value: str, path: str) -> Iterator[Problem]:
         yield Problem(path, "is empty", "a value")
 
 
+def _optional_path(value: str, path: str) -> Iterator[Problem]:
+    """Empty (not set) or an absolute path, as a `path` variable."""
+    if value and not PATH.match(value):
+        yield Problem(path, f"is {kind(value)}", f"empty, or {PATH_RIGHT}")
+
+
 RULES: dict[str, Callable[[Any, str], Iterator[Problem]]] = {
     "vllm_service_instances[].name": _name,
     "vllm_service_instances[].model": _model,
@@ -413,6 +419,7 @@ RULES: dict[str, Callable[[Any, str], Iterator[Problem]]] = {
     "vllm_install_user": _pattern(re.compile(r"^[a-z_][a-z0-9_-]{0,31}$"), "a user name"),
     "vllm_install_group": _pattern(re.compile(r"^[a-z_][a-z0-9_-]{0,31}$"), "a group name"),
     "vllm_install_python": _not_empty,
+    "vllm_install_vllm_python": _optional_path,
     "vllm_preflight_min_python": _pattern(VERSION, "a version such as 3.10"),
     "vllm_proxy_allow": _allow,
     "vllm_proxy_api_keys": _api_keys,

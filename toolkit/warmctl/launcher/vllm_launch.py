@@ -13,7 +13,13 @@ takes the launcher with it (exit status passed on), so `Restart=` still applies.
 
 Fork safety: the launcher never initialises CUDA (checked before each fork: a relaunch that
 finds CUDA initialised refuses), the same state vLLM's API process is in when it forks its
-engine core. Standard library only: this runs with vLLM's interpreter, not warmctl's.
+engine core. Threads: the child of a fork has only the forking thread, and a lock another thread
+held stays locked in it. Right after each fork the launcher lists the threads still alive, the
+way Python 3.12's fork warning counts them (/proc/self/task; a pool that a pthread_atfork handler
+stops before the fork, as OpenBLAS's does, is not alive then): none, nothing is said; threads
+shown safe (SAFE_THREADS, with the reason), one line saying so instead of Python's bare
+DeprecationWarning; any other thread, one line naming them and Python's warning as before.
+Standard library only: this runs with vLLM's interpreter, not warmctl's.
 """
 
 import atexit
@@ -23,8 +29,10 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
+import warnings
 
 # Python put this script's folder first on sys.path; nothing there is for the server
 if (
@@ -37,6 +45,12 @@ if (
 PREFIX = "vllm-launch:"
 # what the server imports on every start, beyond the module it runs
 DEFAULT_PRELOAD = ("vllm.entrypoints.openai.api_server", "vllm.v1.engine.core")
+# Python's warning (3.12+) when a process with more than one thread forks
+FORK_WARNING = r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
+# Threads shown safe to fork with, by name (a Python thread's name; a native one's comm): why.
+# None is needed with vLLM's CPU build (its only other threads, OpenBLAS's pools, are stopped by
+# OpenBLAS's own pthread_atfork handler before each fork); add an entry only with its proof.
+SAFE_THREADS: dict[str, str] = {}
 HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -134,14 +148,64 @@ def _child(module: str, args: list[str]) -> None:
             os._exit(code)
 
 
+def other_threads() -> list[str]:
+    """The threads of this process but the calling one, as Python's fork warning counts them
+    (/proc/self/task): a Python thread by its name, a native one by its comm."""
+    me = threading.get_native_id()
+    named = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    try:
+        tids = sorted(int(tid) for tid in os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: the threads Python knows
+        return [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    found = []
+    for tid in tids:
+        if tid == me:
+            continue
+        if tid in named:
+            found.append(named[tid])
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                found.append(f.read().strip())
+        except OSError:  # it ended meanwhile
+            pass
+    return found
+
+
+def report_threads(alive: list[str]) -> None:
+    """After a fork (in the launcher): the threads that were alive, one line; Python's own
+    warning only when one of them is not shown safe."""
+    if not alive:
+        return
+    names = ", ".join(alive)
+    unknown = [name for name in alive if name not in SAFE_THREADS]
+    if unknown:
+        say(
+            f"forked the server with {len(alive)} other thread(s) alive ({names}): "
+            f"not shown fork-safe: {', '.join(unknown)}"
+        )
+        warnings.warn(
+            f"This process (pid={os.getpid()}) is multi-threaded, use of fork() may lead to "
+            "deadlocks in the child.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return
+    why = "; ".join(sorted({f"{name}: {SAFE_THREADS[name]}" for name in alive}))
+    say(f"forked the server with {len(alive)} other thread(s) alive ({names}): safe because {why}")
+
+
 def start(module: str, args: list[str]) -> int:
     if cuda_initialised():
         raise RuntimeError("CUDA is initialised in the launcher: forking the server is unsafe")
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    with warnings.catch_warnings():  # said by report_threads, with the threads' names
+        warnings.filterwarnings("ignore", message=FORK_WARNING, category=DeprecationWarning)
+        pid = os.fork()
     if pid == 0:
         _child(module, args)
+    report_threads(other_threads())  # what Python's warning counts: alive after the fork
     return pid
 
 

@@ -294,7 +294,9 @@ def _output_check(report: Mapping[str, Any]) -> float | None:
     """The post-wake output check's verdict when the report carries one."""
     check = report.get("output_check")
     if isinstance(check, Mapping):
-        check = check.get("ok", check.get("passed"))
+        # outputcheck's verdict: passed or failed; not_recorded / other_model: no check ran
+        status = check.get("status")
+        check = {"passed": True, "failed": False}.get(str(status)) if status else check.get("ok")
     return None if check is None else float(bool(check))
 
 

@@ -28,10 +28,7 @@ def streams_in_flight(srv: VllmDouble, n: int, tokens: int) -> tuple[list[thread
     threads = [threading.Thread(target=one) for _ in range(n)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 5
-    while srv.counters.in_flight < n and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert srv.counters.in_flight == n
+    srv.wait_for(lambda: srv.counters.in_flight == n, f"{n} streams in flight")
     return threads, results
 
 

@@ -128,6 +128,9 @@ class DoubleConfig:
     step_buckets: tuple[float, ...] | None = None
     request_token_buckets: tuple[float, ...] | None = None
     raw: dict[str, RawReply] = field(default_factory=dict)  # path -> this answer, as is
+    # called with the count as each streamed generation is admitted (in its request's thread,
+    # before its first token): a test's event at an exact point, such as a sleep mid-measurement
+    on_generation: Callable[[int], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -677,6 +680,9 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
                 garbage = not double.weights_valid
                 if garbage:
                     c.garbage_outputs += 1
+                n = c.generations
+            if cfg.on_generation is not None:
+                cfg.on_generation(n)
             try:
                 self._stream(chat, max_tokens, prompt_tokens, first, garbage, body)
             finally:

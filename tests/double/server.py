@@ -188,6 +188,16 @@ class Counters:
     streams: list[StreamTimes] = field(default_factory=list)  # in the order they came
 
 
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+    """Return once `condition()` is true; fail the test, naming `what`, after `timeout` s. A
+    poll with a generous deadline, not a sleep: a loaded machine only makes it slower."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.005)
+
+
 class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # like uvicorn's backlog: a burst of connections queues, not resets
     daemon_threads = True
@@ -325,15 +335,10 @@ class VllmDouble:
         self.stop()
 
     def wait_for(self, condition: Callable[[], object], what: str, timeout: float = 30.0) -> None:
-        """Return once `condition()` is true; fail the test, naming `what`, after `timeout` s.
-        For what the double counts after a client may have seen it (the in-flight counts drop
-        once the last byte is sent, as vLLM's do): a poll with a generous deadline, not a
-        sleep, so a loaded machine only makes it slower."""
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the double: {what} not within {timeout:.0f} s")
-            time.sleep(0.005)
+        """Return once `condition()` is true (`wait_until`): for what the double counts after
+        a client may have seen it (the in-flight counts drop once the last byte is sent, as
+        vLLM's do), or a state a test waits for before it acts."""
+        wait_until(condition, what, timeout)
 
     # -- state helpers --------------------------------------------------------------------
     @property

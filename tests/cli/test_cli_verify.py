@@ -1,4 +1,5 @@
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -13,10 +14,15 @@ def verify_json(run, *args: str) -> tuple[int, list[dict]]:
 
 
 def test_fidelity_first_300ms_then_20ms(run, vllm_double: VllmDouble) -> None:
-    """The double delays the first token 300 ms on the first request and 20 ms after:
-    verify must report both within +-10 ms. A loaded machine can delay one thread wake-up by
-    several ms, so up to five runs are made; one must be within the bound on both figures
-    (a systematic error, such as timing the role chunk or requests' own set-up, fails all)."""
+    """The double delays the first token 300 ms on the first request and 20 ms after: verify
+    must report what the double did. The baseline is the double's own moments for the very
+    same requests (`StreamTimes`: on a loaded machine its sleeps overshoot, and every wake-up
+    of a thread is late): the TTFTs within 10 ms + 10 % (first) / + 25 % (steady median) of the
+    double's own, the decode pace within 25 % of its own; and never under the double's sleeps,
+    which a busy machine only lengthens. A wake-up can be late by more, so up to five runs are
+    made; one must be within all three (a systematic error fails all: timing the role chunk
+    reads ~0 ms, timing the stream's end adds its 15 tokens, counting the TTFT into decode
+    adds it)."""
     vllm_double.config.first_ttft = 0.300
     vllm_double.config.ttft = 0.020
     vllm_double.config.token_delay = 0.005
@@ -24,23 +30,26 @@ def test_fidelity_first_300ms_then_20ms(run, vllm_double: VllmDouble) -> None:
     for _ in range(5):
         vllm_double.first_pending = True
         code, [r] = verify_json(run, vllm_double.address, "--decode-tokens", "32")
-        # the baseline: the double's own pace on the decode stream (its sleeps overshoot on a
-        # loaded machine, and the client may read a late first chunk with the next ones)
-        [own] = [t for t in vllm_double.counters.streams[-12:] if t.tokens == 32]
-        own_ms = own.decode_ms_per_token()
+        # this run's streams, as the double saw them: first, 10 steady, decode
+        first_own, *steady_own, decode_own = vllm_double.counters.streams[-12:]
+        assert decode_own.tokens == 32 and len(steady_own) == 10
+        own_first = first_own.ttft_s()
+        own_steady = statistics.median(t.ttft_s() for t in steady_own)
+        own_ms = decode_own.decode_ms_per_token()
         assert own_ms is not None and own_ms >= 5.0
-        seen.append((r["first_ttft_s"], r["steady_median_ttft_s"], r["decode_ms_per_token"],
-                     own_ms))  # fmt: skip
+        assert r["first_ttft_s"] >= 0.300 and r["steady_median_ttft_s"] >= 0.020
+        seen.append((r["first_ttft_s"], own_first, r["steady_median_ttft_s"], own_steady,
+                     r["decode_ms_per_token"], own_ms))  # fmt: skip
         if (
-            abs(r["first_ttft_s"] - 0.300) <= 0.010
-            and abs(r["steady_median_ttft_s"] - 0.020) <= 0.010
+            abs(r["first_ttft_s"] - own_first) <= 0.010 + 0.10 * own_first
+            and abs(r["steady_median_ttft_s"] - own_steady) <= 0.010 + 0.25 * own_steady
             and abs(r["decode_ms_per_token"] - own_ms) <= 0.25 * own_ms
         ):
             break
     else:
         pytest.fail(
-            "(first, steady median) TTFTs off by more than 10 ms, or decode ms/token off the "
-            f"double's own by more than 25 %, in every run: {seen}"
+            "(first, its own; steady median, its own; decode ms/token, its own) off the "
+            f"double's own figures in every run: {seen}"
         )
     # decode: first to last text chunk of the decode stream over the 31 later tokens (counting
     # the TTFT in, or the role/usage chunks, would not match its own raw samples)

@@ -155,6 +155,11 @@ class StreamTimes:
     end: float | None = None  # its last byte was sent (or the client went away)
     tokens: int = 0
 
+    def ttft_s(self) -> float:
+        """The double's own time to first token: from the request's start to its first token
+        chunk written (inf if it never wrote one)."""
+        return float("inf") if self.first_token is None else self.first_token - self.start
+
     def decode_ms_per_token(self) -> float | None:
         """The double's own decode pace: first to last token chunk over the later tokens."""
         if self.first_token is None or self.last_token is None or self.tokens < 2:

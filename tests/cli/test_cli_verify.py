@@ -21,8 +21,8 @@ def test_fidelity_first_300ms_then_20ms(run, vllm_double: VllmDouble) -> None:
     double's own, the decode pace within 25 % of its own; and never under the double's sleeps,
     which a busy machine only lengthens. A wake-up can be late by more, so up to five runs are
     made; one must be within all three (a systematic error fails all: timing the role chunk
-    reads ~0 ms, timing the stream's end adds its 15 tokens, counting the TTFT into decode
-    adds it)."""
+    reads ~0 ms, timing the stream's end adds its 15 tokens). The decode figure must also be
+    its own raw samples' first-to-last chunk span (counting the TTFT in would not be)."""
     vllm_double.config.first_ttft = 0.300
     vllm_double.config.ttft = 0.020
     vllm_double.config.token_delay = 0.005

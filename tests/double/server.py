@@ -117,6 +117,9 @@ class DoubleConfig:
     # a stream's 200 headers are sent, then it waits this long before the engine gauges count
     # it (tokenising, queued to the engine core); /load counts it all along
     admission_delay: float = 0.0
+    # then, if set, it waits until the test sets this event (an admission as long as the test
+    # needs, whatever the machine's load)
+    admission_hold: threading.Event | None = None
     empty_first_chunk: bool = False  # completions: a first chunk with text "" before the TTFT
     corrupt_answers: bool = False  # greedy answers change one token (a wake that went wrong)
     logprob_drift: float = 0.0  # added to every logprob of an answer (same tokens)
@@ -790,6 +793,8 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             # vLLM: the headers are out, the request is tokenised and queued to the engine
             # core; its gauges count it only from the next step
             time.sleep(cfg.admission_delay)
+            if cfg.admission_hold is not None:
+                cfg.admission_hold.wait(60)
             with double.lock:
                 c = double.counters
                 c.in_flight += 1

@@ -52,6 +52,7 @@ def test_drain_waits_for_the_stream_in_flight_and_leaves_the_gate_closed(tmp_pat
     inventory = write_inventory(tmp_path / "inv.json", {"h": drain_host(tmp_path, vllm_double)})
     t = threading.Thread(target=stream)
     t.start()
+    vllm_double.wait_for(lambda: vllm_double.counters.in_flight == 1, "the stream in flight")
     proc = run_playbook("tests/ansible/drain.yml", inventory)
     t.join(30)
     assert proc.returncode == 0, proc.stdout[-3000:]

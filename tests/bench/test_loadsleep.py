@@ -12,7 +12,10 @@ from warmctl.bench import loadsleep
 from warmctl.bench.api import Api
 from warmctl.errors import WarmctlError
 
-FAST = {"clients": 6, "max_tokens": 10, "lead_s": 0.4, "asleep_s": 0.3, "tail_s": 0.4}
+# the run's phases are fixed durations (the bench's design): long enough against 0.1 s streams
+# that a loaded machine still has streams in flight at the sleep and completes one after the
+# wake (tail: a refused client's retry pause plus a stream, several times over)
+FAST = {"clients": 6, "max_tokens": 10, "lead_s": 0.8, "asleep_s": 0.3, "tail_s": 1.2}
 
 
 @pytest.mark.parametrize("level", [1, 2])

@@ -11,20 +11,27 @@ HEAVY = ["requests", "rich", "jinja2", "ansible", "prometheus_client", "urllib3"
 
 
 def test_help_is_fast_in_a_fresh_process() -> None:
-    """`warmctl --help` answers in < 0.3 s on a quiet machine; the bound here leaves room for
-    a loaded CI box, and the import check below is the exact guard."""
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.monotonic()
-        out = subprocess.run(
-            [sys.executable, "-c", "from warmctl.cli import main; main()", "--help"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        best = min(best, time.monotonic() - t0)
-        assert "warmup" in out.stdout
-    assert best < 0.9, f"warmctl --help took {best:.2f} s"
+    """`warmctl --help` answers in < 0.3 s on a quiet machine. The bound is a ratio to what no
+    click CLI can beat, a fresh interpreter importing click, timed in the same loop (a loaded
+    machine slows both alike): 5x leaves room for warmctl's own modules and catches a start
+    that does real work (a heavy import, a probe); the import check below is the exact guard."""
+
+    def best_of_3(*argv: str) -> tuple[float, str]:
+        best, out = float("inf"), ""
+        for _ in range(3):
+            t0 = time.monotonic()
+            done = subprocess.run(
+                [sys.executable, "-c", *argv], capture_output=True, text=True, check=True
+            )
+            best, out = min(best, time.monotonic() - t0), done.stdout
+        return best, out
+
+    click_s, _ = best_of_3("import click")
+    help_s, out = best_of_3("from warmctl.cli import main; main()", "--help")
+    assert "warmup" in out
+    assert help_s < 5 * click_s, (
+        f"warmctl --help took {help_s:.2f} s, importing click {click_s:.2f} s"
+    )
 
 
 def test_help_imports_nothing_heavy() -> None:

@@ -1,4 +1,5 @@
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -13,28 +14,51 @@ def verify_json(run, *args: str) -> tuple[int, list[dict]]:
 
 
 def test_fidelity_first_300ms_then_20ms(run, vllm_double: VllmDouble) -> None:
-    """The double delays the first token 300 ms on the first request and 20 ms after:
-    verify must report both within +-10 ms. A loaded machine can delay one thread wake-up by
-    several ms, so up to five runs are made; one must be within the bound on both figures
-    (a systematic error, such as timing the role chunk or requests' own set-up, fails all)."""
+    """The double delays the first token 300 ms on the first request and 20 ms after: verify
+    must report what the double did. The baseline is the double's own moments for the very
+    same requests (`StreamTimes`: on a loaded machine its sleeps overshoot, and every wake-up
+    of a thread is late): the TTFTs within 10 ms + 10 % (first) / + 25 % (steady median) of the
+    double's own, the decode pace within 25 % of its own; and never under the double's sleeps,
+    which a busy machine only lengthens. A wake-up can be late by more, so up to five runs are
+    made; one must be within all three (a systematic error fails all: timing the role chunk
+    reads ~0 ms, timing the stream's end adds its 15 tokens). The decode figure must also be
+    its own raw samples' first-to-last chunk span (counting the TTFT in would not be)."""
     vllm_double.config.first_ttft = 0.300
     vllm_double.config.ttft = 0.020
-    vllm_double.config.token_delay = 0.002
+    vllm_double.config.token_delay = 0.005
     seen = []
     for _ in range(5):
         vllm_double.first_pending = True
         code, [r] = verify_json(run, vllm_double.address, "--decode-tokens", "32")
-        seen.append((r["first_ttft_s"], r["steady_median_ttft_s"]))
+        # this run's streams, as the double saw them: first, 10 steady, decode
+        first_own, *steady_own, decode_own = vllm_double.counters.streams[-12:]
+        assert decode_own.tokens == 32 and len(steady_own) == 10
+        own_first = first_own.ttft_s()
+        own_steady = statistics.median(t.ttft_s() for t in steady_own)
+        own_ms = decode_own.decode_ms_per_token()
+        assert own_ms is not None and own_ms >= 5.0
+        assert r["first_ttft_s"] >= 0.300 and r["steady_median_ttft_s"] >= 0.020
+        seen.append((r["first_ttft_s"], own_first, r["steady_median_ttft_s"], own_steady,
+                     r["decode_ms_per_token"], own_ms))  # fmt: skip
         if (
-            abs(r["first_ttft_s"] - 0.300) <= 0.010
-            and abs(r["steady_median_ttft_s"] - 0.020) <= 0.010
+            abs(r["first_ttft_s"] - own_first) <= 0.010 + 0.10 * own_first
+            and abs(r["steady_median_ttft_s"] - own_steady) <= 0.010 + 0.25 * own_steady
+            and abs(r["decode_ms_per_token"] - own_ms) <= 0.25 * own_ms
         ):
             break
     else:
-        pytest.fail(f"(first, steady median) TTFTs off by more than 10 ms in every run: {seen}")
-    assert r["first_total_s"] >= r["first_ttft_s"] + 15 * 0.002
-    # 2 ms/token plus per-chunk scheduling noise; counting the TTFT in would give >= 10 ms
-    assert 1.9 <= r["decode_ms_per_token"] <= 6.0
+        pytest.fail(
+            "(first, its own; steady median, its own; decode ms/token, its own) off the "
+            f"double's own figures in every run: {seen}"
+        )
+    # decode: first to last text chunk of the decode stream over the 31 later tokens (counting
+    # the TTFT in, or the role/usage chunks, would not match its own raw samples)
+    d = r["samples"]["decode"]
+    assert d["ttft_s"] == d["chunk_times_s"][0] and len(d["chunk_times_s"]) == 32
+    span_ms = (d["chunk_times_s"][-1] - d["chunk_times_s"][0]) * 1000
+    assert r["decode_ms_per_token"] == pytest.approx(span_ms / 31)
+    first = r["samples"]["first"]
+    assert len(first["chunk_times_s"]) == 16 and r["first_total_s"] >= first["chunk_times_s"][-1]
     # 300 ms / 20 ms is far over the 2x acceptance line
     assert r["status"] == "FAIL" and code == 1
     assert any("first/steady TTFT" in reason for reason in r["reasons"])
@@ -47,7 +71,7 @@ def test_fidelity_first_300ms_then_20ms(run, vllm_double: VllmDouble) -> None:
 
 
 def test_pass_when_first_is_as_fast_as_steady(run, vllm_double: VllmDouble) -> None:
-    vllm_double.config.ttft = 0.05  # large enough that scheduling noise cannot reach 2x
+    vllm_double.config.ttft = 0.2  # large enough that a loaded machine's stall cannot reach 2x
     result = run("verify", vllm_double.address, "--steady", "5", "--decode-tokens", "8")
     assert result.exit_code == 0, result.output
     assert "PASS" in result.stdout and "FIRST TTFT" in result.stdout
@@ -80,18 +104,19 @@ def test_sleeping_host_is_asleep_not_slow(run, vllm_double: VllmDouble) -> None:
 
 def test_hosts_are_checked_in_parallel(run, vllm_double_factory) -> None:
     fast = [vllm_double_factory(first_ttft=0.6, ttft=0.01) for _ in range(3)]
-    t0 = time.monotonic()
     code, reports = verify_json(
         run, *[s.address for s in fast], "--steady", "2", "--max-ratio", "100"
     )
-    elapsed = time.monotonic() - t0
     assert code == 0 and [r["status"] for r in reports] == ["PASS"] * 3
-    assert elapsed < 1.6  # three 0.6 s first requests one after another would take 1.8 s
+    # the three 0.6 s first requests overlapped (the doubles' clock; one after another they
+    # could not, however slow the machine): each began before any of them ended
+    firsts = [s.counters.streams[0] for s in fast]
+    assert max(t.start for t in firsts) < min(t.end or 0.0 for t in firsts)
 
 
 def test_mixed_results_exit_codes(run, vllm_double_factory) -> None:
-    good = vllm_double_factory(ttft=0.05)
-    slow_first = vllm_double_factory(first_ttft=0.5, ttft=0.05)
+    good = vllm_double_factory(ttft=0.2)  # a stall of a loaded machine is far under 2x
+    slow_first = vllm_double_factory(first_ttft=1.0, ttft=0.2)
     down = vllm_double_factory()
     down.stop()
     code, reports = verify_json(run, good.address, slow_first.address, "--steady", "3")
@@ -138,15 +163,10 @@ def test_bad_inventory_is_one_line(run, tmp_path: Path) -> None:
 
 def test_host_put_to_sleep_during_verify_is_asleep(run, vllm_double: VllmDouble) -> None:
     """A sleep timer that fires mid-measurement makes the host ASLEEP, not an error."""
-    import threading
-
     vllm_double.config.ttft = 0.05
-    timer = threading.Timer(0.3, vllm_double.put_to_sleep, args=(1,))
-    timer.start()
-    try:
-        code, [r] = verify_json(run, vllm_double.address, "--steady", "20")
-    finally:
-        timer.cancel()
+    # the event, not a time: asleep as the second of 20 steady requests comes in
+    vllm_double.config.on_generation = lambda n: n == 3 and vllm_double.put_to_sleep(1)
+    code, [r] = verify_json(run, vllm_double.address, "--steady", "20")
     assert r["status"] == "ASLEEP" and code == 1
     assert r["reasons"] == ["the server went to sleep during the measurement"]
 
@@ -193,8 +213,8 @@ def test_parallel_must_be_positive(run) -> None:
 def test_attempts_forgive_one_stall_and_keep_it(run, vllm_double: VllmDouble) -> None:
     """A first request delayed once (a stall, not a cold server) fails attempt 1; attempt 2 is
     measured and passes. The failed attempt stays in the report, table and JSON."""
-    vllm_double.config.first_ttft = 0.3
-    vllm_double.config.ttft = 0.02
+    vllm_double.config.first_ttft = 0.6
+    vllm_double.config.ttft = 0.1  # a loaded machine's stall stays far under 2x
     args = ("--steady", "3", "--decode-tokens", "0", "--attempt-pause", "0")
     code, [r] = verify_json(run, vllm_double.address, *args)
     assert code == 1 and r["status"] == "FAIL" and r["attempt"] == 1  # one attempt: strict
@@ -202,7 +222,7 @@ def test_attempts_forgive_one_stall_and_keep_it(run, vllm_double: VllmDouble) ->
     code, [r] = verify_json(run, vllm_double.address, *args, "--attempts", "3")
     assert code == 0 and r["status"] == "PASS" and r["attempt"] == 2
     (before,) = r["earlier_attempts"]
-    assert before["status"] == "FAIL" and before["first_ttft_s"] >= 0.3
+    assert before["status"] == "FAIL" and before["first_ttft_s"] >= 0.6
     assert any("first/steady TTFT" in reason for reason in before["reasons"])
     vllm_double.first_pending = True
     result = run("verify", vllm_double.address, *args, "--attempts", "3")
@@ -231,8 +251,8 @@ def test_attempts_stop_at_the_limit_and_skip_errors(run, vllm_double: VllmDouble
 def test_inventory_attempts_apply_unless_given(
     run, vllm_double: VllmDouble, tmp_path: Path
 ) -> None:
-    vllm_double.config.first_ttft = 0.3
-    vllm_double.config.ttft = 0.02
+    vllm_double.config.first_ttft = 0.6
+    vllm_double.config.ttft = 0.1  # a loaded machine's stall stays far under 2x
     inv = tmp_path / "hosts.ini"
     inv.write_text(
         f"[vllm]\nstall ansible_host=127.0.0.1 warmctl_port={vllm_double.port} "

@@ -15,7 +15,9 @@ def warm_json(run, *args: str, env: dict[str, str] | None = None) -> dict:
 
 
 def test_warmup_phases_and_ramp_from_server_sizes(run, vllm_double: VllmDouble) -> None:
-    vllm_double.config.ttft = 0.05  # long enough for each burst to overlap on the server
+    # long enough for each burst to overlap on the server: a loaded machine spreads a burst's
+    # sends over tens of ms, never 300
+    vllm_double.config.ttft = 0.3
     vllm_double.config.capture_sizes = [1, 2, 4, 8]
     report = warm_json(run, vllm_double.address)
     assert report["batch_sizes"] == [1, 2, 4, 8] and report["batch_sizes_source"] == "server"
@@ -32,10 +34,11 @@ def test_warmup_phases_and_ramp_from_server_sizes(run, vllm_double: VllmDouble) 
 
 
 def test_warmup_batch_sizes_option_and_defaults(run, vllm_double: VllmDouble) -> None:
-    vllm_double.config.ttft = 0.05
+    vllm_double.config.ttft = 0.3  # a burst overlaps on the server, even on a loaded machine
     report = warm_json(run, vllm_double.address, "--batch-sizes", "3,1", "--no-chat")
     assert report["batch_sizes"] == [1, 3] and report["batch_sizes_source"] == "--batch-sizes"
     assert vllm_double.counters.max_in_flight == 3 and vllm_double.counters.chat_generations == 0
+    vllm_double.config.ttft = 0.0
     vllm_double.config.dev_mode = False  # no /server_info: the defaults
     report = warm_json(run, vllm_double.address, "--no-chat", "--max-tokens", "2")
     assert (

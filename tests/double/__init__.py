@@ -7,6 +7,6 @@
 Pytest fixtures `vllm_double` / `vllm_double_factory` live in `tests.double.fixtures`.
 """
 
-from tests.double.server import DoubleConfig, VllmDouble
+from tests.double.server import DoubleConfig, StreamTimes, VllmDouble, wait_until
 
-__all__ = ["DoubleConfig", "VllmDouble"]
+__all__ = ["DoubleConfig", "StreamTimes", "VllmDouble", "wait_until"]

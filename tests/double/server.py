@@ -24,6 +24,14 @@ guards only /v1/*; `/sleep` aborts in-flight streams (its default
 mode), so a client that sleeps without draining cuts them (counted in `aborted`); after a
 level-2 sleep the weights are garbage until `reload_weights` (outputs then count in
 `garbage_outputs`); a sleeping engine refuses generation.
+
+What a client may see before the double counts it: like vLLM, a stream is `completed` (and its
+tokens are in /metrics) before its last token is sent, so a client that read it all finds it
+counted; the in-flight counts (`admitted` for /load, `in_flight` for the gauges) drop only
+after the last byte is sent, which the client may read first: wait for them with
+`srv.wait_for(lambda: ..., "what")`, a poll with a deadline. `counters.streams` keeps each
+stream's moments (`StreamTimes`) on the shared monotonic clock: a baseline measured in the same
+test, for bounds that hold on a loaded machine.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import threading
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -108,6 +117,9 @@ class DoubleConfig:
     # a stream's 200 headers are sent, then it waits this long before the engine gauges count
     # it (tokenising, queued to the engine core); /load counts it all along
     admission_delay: float = 0.0
+    # then, if set, it waits until the test sets this event (an admission as long as the test
+    # needs, whatever the machine's load)
+    admission_hold: threading.Event | None = None
     empty_first_chunk: bool = False  # completions: a first chunk with text "" before the TTFT
     corrupt_answers: bool = False  # greedy answers change one token (a wake that went wrong)
     logprob_drift: float = 0.0  # added to every logprob of an answer (same tokens)
@@ -119,6 +131,9 @@ class DoubleConfig:
     step_buckets: tuple[float, ...] | None = None
     request_token_buckets: tuple[float, ...] | None = None
     raw: dict[str, RawReply] = field(default_factory=dict)  # path -> this answer, as is
+    # called with the count as each streamed generation is admitted (in its request's thread,
+    # before its first token): a test's event at an exact point, such as a sleep mid-measurement
+    on_generation: Callable[[int], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -133,12 +148,37 @@ class RawReply:
 
 
 @dataclass
+class StreamTimes:
+    """One streamed request's moments on the double's monotonic clock (the tests' clock too):
+    a baseline the tests compare a client's measurement with, whatever the machine's load."""
+
+    start: float  # the request was parsed, before its 200 headers
+    first_token: float | None = None  # its first token chunk was written
+    last_token: float | None = None  # its last token chunk was written
+    end: float | None = None  # its last byte was sent (or the client went away)
+    tokens: int = 0
+
+    def ttft_s(self) -> float:
+        """The double's own time to first token: from the request's start to its first token
+        chunk written (inf if it never wrote one)."""
+        return float("inf") if self.first_token is None else self.first_token - self.start
+
+    def decode_ms_per_token(self) -> float | None:
+        """The double's own decode pace: first to last token chunk over the later tokens."""
+        if self.first_token is None or self.last_token is None or self.tokens < 2:
+            return None
+        return (self.last_token - self.first_token) * 1000.0 / (self.tokens - 1)
+
+
+@dataclass
 class Counters:
     requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path?query)
     prompts: list[str] = field(default_factory=list)  # prompt / last user message, in order
     connections: int = 0  # TCP connections accepted
     generations: int = 0
-    completed: int = 0  # streams that ended normally
+    # streams that ended normally: counted, like the engine's metrics, as the last token is
+    # decided, before its chunk is written (a client that read the whole stream sees them)
+    completed: int = 0
     aborted: int = 0  # streams the server cut (sleep in their middle)
     client_gone: int = 0  # streams whose client went away
     in_flight: int = 0  # streams the engine gauges count (vllm:num_requests_running)
@@ -153,6 +193,17 @@ class Counters:
     prefix_resets: int = 0
     sleep_with_in_flight: int = 0  # /sleep calls that found streams in flight
     answers: int = 0  # non-streamed completions (the output check's greedy answers)
+    streams: list[StreamTimes] = field(default_factory=list)  # in the order they came
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+    """Return once `condition()` is true; fail the test, naming `what`, after `timeout` s. A
+    poll with a generous deadline, not a sleep: a loaded machine only makes it slower."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.005)
 
 
 class _Server(ThreadingHTTPServer):
@@ -290,6 +341,12 @@ class VllmDouble:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def wait_for(self, condition: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+        """Return once `condition()` is true (`wait_until`): for what the double counts after
+        a client may have seen it (the in-flight counts drop once the last byte is sent, as
+        vLLM's do), or a state a test waits for before it acts."""
+        wait_until(condition, what, timeout)
 
     # -- state helpers --------------------------------------------------------------------
     @property
@@ -636,6 +693,9 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
                 garbage = not double.weights_valid
                 if garbage:
                     c.garbage_outputs += 1
+                n = c.generations
+            if cfg.on_generation is not None:
+                cfg.on_generation(n)
             try:
                 self._stream(chat, max_tokens, prompt_tokens, first, garbage, body)
             finally:
@@ -722,6 +782,9 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
         ) -> None:
             cfg = double.config
             start = time.monotonic()
+            times = StreamTimes(start)
+            with double.lock:
+                double.counters.streams.append(times)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
             self.send_header("Transfer-Encoding", "chunked")
@@ -730,14 +793,17 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             # vLLM: the headers are out, the request is tokenised and queued to the engine
             # core; its gauges count it only from the next step
             time.sleep(cfg.admission_delay)
+            if cfg.admission_hold is not None:
+                cfg.admission_hold.wait(60)
             with double.lock:
                 c = double.counters
                 c.in_flight += 1
                 c.max_in_flight = max(c.max_in_flight, c.in_flight)
                 c.concurrency_seen.add(c.in_flight)
             try:
-                self._stream_body(chat, max_tokens, prompt_tokens, first, garbage, body, start)
+                self._stream_body(chat, max_tokens, prompt_tokens, first, garbage, body, times)
             finally:
+                times.end = time.monotonic()
                 with double.lock:
                     double.counters.in_flight -= 1
 
@@ -749,9 +815,10 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             first: bool,
             garbage: bool,
             body: dict[str, Any],
-            start: float,
+            times: StreamTimes,
         ) -> None:
             cfg = double.config
+            start = times.start
             rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
             base = {
                 "id": rid,
@@ -769,6 +836,26 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
                 return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
 
             sent = 0
+            counted = False
+
+            def traffic(n: int) -> None:
+                # like vLLM: one prefill step, then one decode step per further token
+                double.record_traffic(
+                    [prompt_tokens],
+                    [n],
+                    [prompt_tokens] + [1] * max(0, n - 1),
+                    running_s=time.monotonic() - start,
+                )
+
+            def finished() -> None:
+                """The engine is done with the request: it counts it, and the metrics, before
+                the API server sends the last chunk (so does vLLM's output processor)."""
+                nonlocal counted
+                counted = True
+                with double.lock:
+                    double.counters.completed += 1
+                traffic(max(0, max_tokens))
+
             try:
                 if chat:  # vLLM's first chat chunk: the role, no text
                     self._chunk({**base, "choices": [choice("", None, role=True)]})
@@ -786,12 +873,21 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
                         break
                     word = "#garbage" if garbage else f" tok{i}"
                     last = i == max_tokens - 1
+                    if last:
+                        finished()
+                    now = time.monotonic()
+                    if times.first_token is None:
+                        times.first_token = now
+                    times.last_token, times.tokens = now, i + 1
                     self._chunk({**base, "choices": [choice(word, "length" if last else None)]})
                     sent += 1
                 if finish == "abort":
                     with double.lock:
                         double.counters.aborted += 1
                     self._chunk({**base, "choices": [choice(None if chat else "", "abort")]})
+                    traffic(sent)
+                elif not counted:  # no token asked for
+                    finished()
                 opts = body.get("stream_options") or {}
                 if opts.get("include_usage"):
                     usage = {
@@ -803,16 +899,6 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
                 self._chunk(b"[DONE]")
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
-                if finish == "length":
-                    with double.lock:
-                        double.counters.completed += 1
-                # like vLLM: one prefill step, then one decode step per further token
-                double.record_traffic(
-                    [prompt_tokens],
-                    [sent],
-                    [prompt_tokens] + [1] * max(0, sent - 1),
-                    running_s=time.monotonic() - start,
-                )
             except (BrokenPipeError, ConnectionResetError):
                 with double.lock:
                     double.counters.client_gone += 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -128,9 +127,9 @@ def test_in_flight_stream_finishes_while_the_gate_is_closed(run, vllm_double, tm
 
     t = threading.Thread(target=client_stream)
     t.start()
-    time.sleep(0.3)
+    vllm_double.wait_for(lambda: vllm_double.counters.in_flight == 1, "the stream in flight")
     result = run("sleep", vllm_double.address, "--gate", str(tmp_path / "g"))
-    t.join(10)
+    t.join(30)
     assert result.exit_code == 0, result.output
     assert done == [30]
     assert vllm_double.counters.aborted == 0 and vllm_double.counters.sleep_with_in_flight == 0

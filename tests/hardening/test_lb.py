@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.double.server import VllmDouble
+from tests.double.server import VllmDouble, wait_until
 from tests.hardening.fleet_load import RotationWatch, StreamLoad
 from tests.hardening.proxy_support import Nginx, ensure_nginx, free_port, lb_config, render_proxy
 
@@ -171,6 +171,21 @@ def restart(host: Host, warm_s: float) -> None:
     host.flag("warming").unlink()
 
 
+def both_serving(fleet: Fleet) -> None:
+    """Wait (the event, not a time) until the load reaches both hosts through the LB."""
+    for h in fleet.hosts:
+        h.double.wait_for(lambda h=h: h.double.counters.generations > 0, f"{h.name} serving")
+
+
+def rejoined(host: Host, timeout: float = 60.0) -> None:
+    """Wait until the host back in rotation serves more requests through the LB (it is tried
+    again after the LB's fail_timeout): fails, saying so, if it never rejoins."""
+    before = host.double.counters.generations
+    host.double.wait_for(
+        lambda: host.double.counters.generations > before, f"{host.name} rejoining", timeout
+    )
+
+
 def test_drain_restart_verify_rejoin_under_load_through_the_lb(run, fleet: Fleet) -> None:
     """16 clients stream through the load balancer while h1 is drained (`warmctl drain`),
     restarted, warmed and verified through its proxy (`warmctl verify`), then rejoins: every
@@ -184,9 +199,8 @@ def test_drain_restart_verify_rejoin_under_load_through_the_lb(run, fleet: Fleet
     watch = RotationWatch({h.name: f"http://{h.address}/health" for h in fleet.hosts}).start()
     load = StreamLoad(fleet.lb_address, "double-model", clients=16, max_tokens=30, limit_s=120)
     load.start()
-    time.sleep(1.5)
+    both_serving(fleet)
     before = load.snapshot()
-    assert h1.double.counters.generations > 0 and h2.double.counters.generations > 0
 
     t0 = time.monotonic()
     drained = run("drain", h1.double.address, "--gate", str(h1.flag("draining")),
@@ -202,8 +216,7 @@ def test_drain_restart_verify_rejoin_under_load_through_the_lb(run, fleet: Fleet
     assert health(h1) == (503, "draining")
     h1.flag("draining").unlink()
     out_s = time.monotonic() - t0
-    served_before = h1.double.counters.generations
-    time.sleep(7)  # past the load balancer's fail_timeout: h1 is tried and serves again
+    rejoined(h1)  # past the load balancer's fail_timeout: h1 is tried and serves again
     counts = load.stop()
     watch.stop()
     print(
@@ -213,7 +226,6 @@ def test_drain_restart_verify_rejoin_under_load_through_the_lb(run, fleet: Fleet
     )
     assert counts.failed == 0 and counts.cut == 0, dict(counts.errors)
     assert counts.completed == counts.started > before.started
-    assert h1.double.counters.generations > served_before, "h1 did not rejoin"
     assert h1.double.counters.aborted == 0 and h2.double.counters.aborted == 0
     assert watch.out_s["h1"] > 1.0 and watch.out_s["h2"] == 0.0
 
@@ -247,9 +259,10 @@ def test_without_the_drain_a_restart_cuts_streams(fleet: Fleet) -> None:
     h1.double.config.token_delay = fleet.hosts[1].double.config.token_delay = 0.02
     load = StreamLoad(fleet.lb_address, "double-model", clients=16, max_tokens=30, limit_s=60)
     load.start()
-    time.sleep(1.5)
+    h1.double.wait_for(lambda: h1.double.counters.in_flight > 0, "h1 serving streams")
     restart(h1, warm_s=0.5)
-    time.sleep(1.0)
+    # the clients of the streams h1 was serving see them end
+    wait_until(lambda: (c := load.snapshot()).failed + c.cut > 0, "a stream cut", timeout=60)
     counts = load.stop()
     print(f"restart without a drain: {counts.line()}; {dict(counts.errors)}")
     assert counts.failed + counts.cut > 0
@@ -276,20 +289,18 @@ def test_a_sleep_window_and_its_wake_under_load_through_the_lb(run, fleet: Fleet
     watch = RotationWatch({h.name: f"http://{h.address}/health" for h in fleet.hosts}).start()
     load = StreamLoad(fleet.lb_address, "double-model", clients=16, max_tokens=30, limit_s=120)
     load.start()
-    time.sleep(1.5)
+    both_serving(fleet)
     slept = run("sleep", h1.double.address, "--gate", str(h1.flag("closed")))
     assert slept.exit_code == 0, slept.output
-    time.sleep(2.0)
+    time.sleep(2.0)  # a 2 s window: the LB serves through h2 alone (a duration, no event)
     asleep = health(h1)
     woke = run("wake", h1.double.address, "--gate", str(h1.flag("closed")))
     assert woke.exit_code == 0, woke.output
-    served_before = h1.double.counters.generations
-    time.sleep(7)  # past the LB's fail_timeout: h1 serves again
+    rejoined(h1)  # past the LB's fail_timeout: h1 serves again
     counts = load.stop()
     watch.stop()
     print(f"16 clients through the LB across h1's sleep and wake: {counts.line()}\n{watch.line()}")
     assert asleep == (503, "asleep")
     assert counts.failed == 0 and counts.cut == 0, dict(counts.errors)
     assert h1.double.counters.aborted == 0 and h1.double.counters.sleep_with_in_flight == 0
-    assert h1.double.counters.generations > served_before, "h1 did not rejoin"
     assert watch.out_s["h1"] > 1.0 and watch.out_s["h2"] == 0.0

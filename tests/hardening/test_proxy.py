@@ -10,13 +10,14 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
+from tests.double import wait_until
 from tests.hardening.proxy_support import Nginx, ensure_nginx, free_port, render_proxy
 from warmctl.errors import WarmctlError
 
@@ -223,17 +224,27 @@ def test_sleep_under_streaming_load_cuts_nothing(run, proxied: dict[str, Any]) -
             with lock:
                 counts["completed" if r.tokens == 25 else "cut"] += 1
 
+    def seen(outcome: str, more_than: int) -> Callable[[], bool]:
+        def check() -> bool:
+            with lock:
+                return counts[outcome] > more_than
+
+        return check
+
     threads = [threading.Thread(target=client, daemon=True) for _ in range(8)]
     for t in threads:
         t.start()
-    time.sleep(1.0)
+    # the events, not times: 8 streams completed and some in flight when the sleep begins
+    wait_until(seen("completed", 8), "8 streams through the proxy")
+    double.wait_for(lambda: double.counters.in_flight > 0, "streams in flight")
     slept = run("sleep", double.address, "--gate", str(gate), "--drain-timeout", "30")
     assert slept.exit_code == 0, slept.output
-    time.sleep(1.0)
+    wait_until(seen("refused_503", 0), "a request refused while asleep")
     asleep_counts = dict(counts)
     woke = run("wake", double.address, "--gate", str(gate), "--no-warmup")
     assert woke.exit_code == 0, woke.output
-    time.sleep(0.5)
+    done = counts["completed"]
+    wait_until(seen("completed", done), "a stream completed after the wake")
     stop.set()
     for t in threads:
         t.join(15)

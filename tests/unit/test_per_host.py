@@ -9,15 +9,19 @@ from warmctl.options import DEFAULT_WORKERS, inventory_parallel, per_host
 from warmctl.target import parse_target
 
 
-def most_at_once(workers: int, n: int = 4) -> int:
-    lock, running, peak = threading.Lock(), [0], [0]
+def most_at_once(workers: int, hold_s: float, n: int = 4) -> int:
+    """The most calls running at once. Each call waits (a condition, not a sleep) until all
+    `n` run together or `hold_s` has passed since the start: a pool that runs them all shows
+    it at once however slow the machine; one that runs fewer shows at most that many."""
+    cond, running, peak = threading.Condition(), [0], [0]
+    deadline = time.monotonic() + hold_s
 
     def fn(_target):
-        with lock:
+        with cond:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(0.05)
-        with lock:
+            cond.notify_all()
+            cond.wait_for(lambda: peak[0] >= n, timeout=max(0.0, deadline - time.monotonic()))
             running[0] -= 1
         return "ok"
 
@@ -27,8 +31,8 @@ def most_at_once(workers: int, n: int = 4) -> int:
 
 
 def test_one_worker_measures_one_host_at_a_time() -> None:
-    assert most_at_once(1) == 1
-    assert most_at_once(4) > 1
+    assert most_at_once(1, hold_s=1.0) == 1  # a second call would have joined the first
+    assert most_at_once(4, hold_s=30.0) == 4
 
 
 def test_an_error_stays_in_its_slot() -> None:

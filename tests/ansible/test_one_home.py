@@ -72,12 +72,6 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
 ]
 ROLE_VAR = re.compile(r"\b(vllm_[a-z]+_\w+)\s*\|\s*default\(")
 
-# TODO (issue 23): files not yet reading the facts; shrinks to empty. Preflight's host probe
-# keeps its defaults of vllm_install's venv and cache folders until its own rework lands.
-NOT_YET_ONE_HOME = {
-    "roles/vllm_preflight/tasks/host.yml",
-}
-
 
 def _role_of(variable: str, owners: dict[str, str]) -> str | None:
     return owners.get(variable)
@@ -128,17 +122,8 @@ def test_no_role_task_or_template_derives_an_instance_fact():
     owners = _owners()
     found = []
     for path in checked_files():
-        if path.relative_to(ROOT).as_posix() not in NOT_YET_ONE_HOME:
-            found += problems(path, path.read_text(), owners)
+        found += problems(path, path.read_text(), owners)
     assert not found, "\n".join(found)
-
-
-def test_the_exemptions_are_still_needed():
-    owners = _owners()
-    for rel in sorted(NOT_YET_ONE_HOME):
-        path = ROOT / rel
-        assert path.is_file(), f"{rel} is gone: drop it from NOT_YET_ONE_HOME"
-        assert problems(path, path.read_text(), owners), f"{rel} is clean: drop it from the list"
 
 
 @pytest.mark.parametrize(

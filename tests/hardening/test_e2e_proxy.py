@@ -158,9 +158,20 @@ def test_load_across_the_sleep_service(lab: Lab, deployed: Path) -> None:
                 counts["completed" if r.tokens == 24 else f"cut at {r.tokens}"] += 1
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(8)]
+
+    def wait_counts(key: str, at_least: int, timeout: float) -> None:
+        """Until the clients saw `at_least` of `key` (an event, not a fixed pause)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with lock:
+                if counts[key] >= at_least:
+                    return
+            time.sleep(0.1)
+        raise AssertionError(f"{key}: fewer than {at_least} in {timeout:.0f} s: {dict(counts)}")
+
     for t in threads:
         t.start()
-    time.sleep(8)
+    wait_counts("completed", 8, timeout=300)  # streams flowing before the sleep
     t0 = time.monotonic()
     fleet = lab.fleet
     sleep = fleet.ssh(
@@ -168,7 +179,7 @@ def test_load_across_the_sleep_service(lab: Lab, deployed: Path) -> None:
     )
     slept = time.monotonic() - t0
     state = fleet.ssh(host, "systemctl is-active vllm-tiny.service", check=False).stdout.strip()
-    time.sleep(3)
+    wait_counts("refused_503", 8, timeout=120)  # the gate refuses while the instance sleeps
     stop.set()
     for t in threads:
         t.join(180)

@@ -54,7 +54,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     assert r.argv == [
         "/opt/vllm/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve",
         "/srv/models/qwen3-0.6b", "--host", "127.0.0.1", "--port", "18000",
-        "--enable-server-load-tracking", "--served-model-name", "qwen",
+        "--enable-server-load-tracking", "--shutdown-timeout", "10", "--served-model-name", "qwen",
         "--tensor-parallel-size", "2", "--max-num-seqs", "64",
         "--gpu-memory-utilization", "0.85", "--compilation-config",
         '{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128], '
@@ -63,7 +63,8 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     ]  # fmt: skip
     assert unit_values(r.unit_text, "Service", "ExecStart") == [
         "/opt/vllm/venv/bin/python -m vllm.entrypoints.cli.main serve /srv/models/qwen3-0.6b "
-        "--host 127.0.0.1 --port 18000 --enable-server-load-tracking --served-model-name qwen "
+        "--host 127.0.0.1 --port 18000 --enable-server-load-tracking --shutdown-timeout 10 "
+        "--served-model-name qwen "
         "--tensor-parallel-size 2 "
         "--max-num-seqs 64 --gpu-memory-utilization 0.85 --compilation-config "
         '\'{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128], '
@@ -137,7 +138,15 @@ def test_gpu_without_sleep_has_no_dev_mode_and_no_compilation_config():
     r = render_instance(instance, host_vars(GOOD, "gpu_nosleep"))
     assert "--enable-sleep-mode" not in r.argv and "VLLM_SERVER_DEV_MODE" not in r.env
     assert "--compilation-config" not in r.argv  # capture sizes unset: vLLM's own default
-    assert r.argv[-5:] == ["--host", "0.0.0.0", "--port", "8100", "--enable-server-load-tracking"]
+    assert r.argv[-7:] == [
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8100",
+        "--enable-server-load-tracking",
+        "--shutdown-timeout",
+        "10",
+    ]
     assert r.env["CUDA_VISIBLE_DEVICES"] == "0"
     assert set(r.files) == {"/etc/systemd/system/vllm-plain.service", "/etc/vllm/plain.env"}
 
@@ -160,7 +169,8 @@ def test_cpu_host_uses_api_server_and_stop_start_windows():
     assert r.argv == [
         "/opt/vllm/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
         "--model", "Qwen/Qwen3-0.6B", "--host", "0.0.0.0", "--port", "8000",
-        "--enable-server-load-tracking", "--max-num-seqs", "4", "--enforce-eager",
+        "--enable-server-load-tracking", "--shutdown-timeout", "10", "--max-num-seqs", "4",
+        "--enforce-eager",
     ]  # fmt: skip
     assert not r.sleep and r.device == "cpu"
     assert r.env["HF_HUB_OFFLINE"] == "0" and "TRANSFORMERS_OFFLINE" not in r.env

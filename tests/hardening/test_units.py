@@ -341,3 +341,16 @@ def test_tensor_parallel_unit_lets_nccl_and_the_workers_talk() -> None:
     print(f"syscall filter: {len(permitted)} calls permitted; TP needs {len(TP_SYSCALLS)}")
     assert not missing, missing
     assert not set(TP_DENIED) & permitted
+
+
+@pytest.mark.parametrize("name", sorted(MATRIX))
+def test_a_stop_signals_the_main_process_alone(name: str) -> None:
+    """KillMode=mixed: SIGTERM to vLLM's API server (or the launcher, which signals the server
+    alone), which stops its engine core in order (seen in the CPU e2e at a config-change
+    restart: the engine core's death logged as an ERROR)."""
+    r = rendered(name)
+    assert unit_values(r.unit_text, "Service", "KillMode") == ["mixed"]
+    # and vLLM itself stops its engine core in order, after what is in flight (--shutdown-timeout;
+    # signalled or not, vLLM's default abort logged "AsyncLLM output_handler failed" as an ERROR)
+    i = r.argv.index("--shutdown-timeout")
+    assert r.argv[i + 1] == "10"

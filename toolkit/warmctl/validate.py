@@ -58,6 +58,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "vllm_service_restart_sec": (0, None),
     "vllm_service_timeout_start_sec": (1, None),
     "vllm_service_timeout_stop_sec": (1, None),
+    "vllm_service_shutdown_timeout": (0, None),
     "vllm_service_start_limit_burst": (1, None),
     "vllm_service_start_limit_interval_sec": (0, None),
     "vllm_service_cache_min_free_mib": (0, None),

@@ -4,12 +4,13 @@
 
 runs `PYTHON -m MODULE ARGS...` (e.g. `-m vllm.entrypoints.cli.main serve MODEL ...`) in a
 child forked after MODULE, vLLM's OpenAI API server and its engine core have been imported.
-SIGHUP relaunches: the running server gets SIGTERM, everything it started is waited for
-(SIGKILL after --stop-timeout), and a new child is forked from the same imported interpreter,
-so a relaunch skips the Python imports (13-16 s of every vLLM start on an H200 host). The
-launcher stays the unit's main process: systemd supervises it, its sandbox and cgroup hold
-every child, SIGTERM stops the server and then the launcher, and a server that exits on its own
-takes the launcher with it (exit status passed on), so `Restart=` still applies.
+SIGHUP relaunches: the running server gets SIGTERM and stops what it started, what is left of
+its group is killed once it has exited (everything after --stop-timeout), and a new child is
+forked from the same imported interpreter, so a relaunch skips the Python imports (13-16 s of
+every vLLM start on an H200 host). The launcher stays the unit's main process: systemd
+supervises it, its sandbox and cgroup hold every child, SIGTERM stops the server and then the
+launcher, and a server that exits on its own takes the launcher with it (exit status passed
+on), so `Restart=` still applies.
 
 Fork safety: the launcher never initialises CUDA (checked before each fork: a relaunch that
 finds CUDA initialised refuses), the same state vLLM's API process is in when it forks its
@@ -239,12 +240,16 @@ def reap_others() -> None:
 
 
 def stop(pid: int, timeout: float) -> tuple[int, float]:
-    """SIGTERM the server's group (the server, its engine core and workers, as systemd's
-    KillMode=control-group does), wait for all of it (SIGKILL after `timeout`)."""
+    """SIGTERM the server alone (as the unit's KillMode=mixed does for the main process): vLLM's
+    API server then stops its own engine core and workers in order. Signalled together, the
+    engine core could die before the API server knew it was shutting down, and vLLM logged
+    "AsyncLLM output_handler failed ... EngineDeadError" as an ERROR. Once the server has
+    exited, what is left of its group is killed (SIGKILL, as systemd's final kill does), and
+    the whole group too when the server is still there `timeout` s after the SIGTERM."""
     t = time.monotonic()
     status = None
-    with contextlib.suppress(ProcessLookupError):  # the whole group, as systemd's stop does
-        os.killpg(pid, signal.SIGTERM)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
     deadline = t + timeout
     killed = False
     while True:
@@ -255,6 +260,9 @@ def stop(pid: int, timeout: float) -> tuple[int, float]:
                 done, st = pid, 0
             if done == pid:
                 status = st
+                if group_alive(pid):  # the server's leftovers: it has stopped what it meant to
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)
         reap_others()
         if status is not None and not group_alive(pid):
             break

@@ -112,6 +112,12 @@ def get(url: str, timeout: float = 10) -> tuple[int, str]:
     return r.status_code, r.text
 
 
+def sleeping() -> bool | None:
+    """vLLM's /is_sleeping on the upstream port; None when it does not answer."""
+    code, body = get(f"http://127.0.0.1:{UPSTREAM}/is_sleeping")
+    return json.loads(body).get("is_sleeping") if code == 200 else None
+
+
 def gpu_memory_mib() -> int:
     proc = subprocess.run(
         ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
@@ -302,12 +308,8 @@ def test_3_windows_sleep_and_wake_the_real_engine() -> None:
     FIGURES["windows"] = {"deploy": run["seconds"], "gpu_mib_awake": awake_mib}
     for level, (name, (sleep_at, wake_at)) in enumerate(steps.items(), start=1):
         fig: dict[str, Any] = {}
-
-        def asleep() -> bool:
-            code, body = get(f"http://127.0.0.1:{UPSTREAM}/is_sleeping")
-            return code == 200 and json.loads(body).get("is_sleeping") is True
-
-        wait_for(f"{name}: sleep timer", asleep, timeout=sleep_at - host_time() + 90)
+        wait_for(f"{name}: sleep timer", lambda: sleeping() is True,
+                 timeout=sleep_at - host_time() + 90)  # fmt: skip
         fig["slept_after_s"] = round(host_time() - sleep_at, 2)
         sleep_unit = f"vllm-{NAME}-sleep-{name}.service"
         wait_for(
@@ -322,12 +324,8 @@ def test_3_windows_sleep_and_wake_the_real_engine() -> None:
         assert code == 503 and '"state": "asleep"' in body, (code, body)
         fig["proxy"] = code
         assert fig["gpu_mib_asleep"] < awake_mib / 4, (fig, awake_mib)
-
-        def awake() -> bool:
-            code, body = get(f"http://127.0.0.1:{UPSTREAM}/is_sleeping")
-            return code == 200 and json.loads(body).get("is_sleeping") is False
-
-        wait_for(f"{name}: wake timer", awake, timeout=wake_at - host_time() + 90)
+        wait_for(f"{name}: wake timer", lambda: sleeping() is False,
+                 timeout=wake_at - host_time() + 90)  # fmt: skip
         wake_unit = f"vllm-{NAME}-wake-{name}.service"
         wait_for(
             f"{name}: wake service done",

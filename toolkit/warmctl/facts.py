@@ -17,12 +17,24 @@ collection's `warmctl.vllm.vllm_instance_facts` filter, once per host in vllm_pr
     warmctl   the host's warmctl (vllm_install_warmctl_venv/bin/warmctl)
     python    vLLM's interpreter (vllm_install_vllm_python, else vllm_install_venv/bin/python)
     unit, gate, draining, warming   the unit's name and the proxy gate's flag files
-    windows   the sleep windows, each with its level (default SLEEP_LEVEL) and unit names
+    windows   the sleep windows, each with its level (default SLEEP_LEVEL), what a request that
+              comes while it sleeps does (`on_request`: refuse, the default, or wake) and unit names
+    idle_after, idle_level   idle sleep: seconds without a request at the proxy (0: off), level
+    wake_on_request   the proxy holds a request that reaches the instance asleep and wakes it
+              (idle sleep, or a window with on_request: wake); the waker unit runs beside it
+    wake_hold  how long the proxy holds such a request before a 503 (seconds)
+    awake_port  the awake-only door (0: none): a load balancer's primary, refused while asleep
+    wakeable, wake_request, sleep_request, waker_socket, activity_socket   the wake-on-request
+              files in the gate folder: asleep-and-wakeable flag, the waker's two asks to systemd
+              (path units), its HTTP socket (nginx's auth_request) and the access-log socket
+    triggers  the idle sleep and the request wake, shaped like windows (one action each), with
+              their path and service units
     files     every file the roles render for the instance: path, template, role, window, action
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -44,8 +56,15 @@ SETTINGS = (
     "vllm_install_warmctl_venv",
     "vllm_install_venv",
     "vllm_install_vllm_python",
+    "vllm_schedule_wake_hold_sec",
 )
 SLEEP_LEVEL = 1  # a window's vLLM sleep level unless it names one
+ON_REQUEST = ("refuse", "wake")  # what a request does to a sleeping instance (window default first)
+# how long the proxy holds a request while the instance wakes, unless vllm_schedule_wake_hold_sec
+# says: a GPU wake is a /wake_up (under a second, seconds at level 2), a CPU one a start + warmup
+WAKE_HOLD = {"gpu": 120, "cpu": 600}
+_DURATION = re.compile(r"^\s*(\d+)\s*(s|sec|m|min|h)?\s*$")
+_UNIT_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
 ACTIONS = ("sleep", "wake")  # a window's two timers and services
 _LOOPBACK_BINDS = ("0.0.0.0", "::", "127.0.0.1", "localhost")
 
@@ -75,6 +94,18 @@ class InstanceFacts:
     window_unit: str  # the boot-time window check ("" without windows)
     window_script: str  # what it runs ("" without windows)
     windows: tuple[dict[str, Any], ...]
+    idle_after: int  # idle sleep after this many seconds without a request (0: off)
+    idle_level: int
+    wake_on_request: bool
+    wake_hold: int
+    awake_port: int
+    wakeable: str  # asleep, and a request wakes it (the proxy holds it meanwhile)
+    wake_request: str  # the waker asks systemd for a wake (vllm-NAME-wake-request.path)
+    sleep_request: str  # ... for an idle sleep (vllm-NAME-sleep-idle.path)
+    waker_socket: str
+    activity_socket: str
+    waker_unit: str  # "" without wake on request and idle sleep
+    triggers: tuple[dict[str, Any], ...]
     files: tuple[dict[str, Any], ...]
 
     def as_dict(self) -> dict[str, Any]:
@@ -92,6 +123,20 @@ def _int(value: Any, what: str) -> int:
         return int(value)
     except (TypeError, ValueError):
         raise ValueError(f"{what} must be an integer, got {value!r}") from None
+
+
+def duration_seconds(value: Any, what: str) -> int:
+    """Seconds of a duration: an integer (seconds) or "90s", "15m"/"15min", "2h"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        seconds = value
+    else:
+        match = _DURATION.match(str(value)) if isinstance(value, str) else None
+        if match is None:
+            raise ValueError(f"{what} must be seconds or a duration such as 15m, got {value!r}")
+        seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"{what} must be more than 0 seconds, got {value!r}")
+    return seconds
 
 
 def local_address(bind: str) -> str:
@@ -120,7 +165,21 @@ def _window(name: str, window: Mapping[str, Any]) -> dict[str, Any]:
         }
         for action in ACTIONS
     }
-    return {**window, "level": window.get("level", SLEEP_LEVEL), "units": units}
+    return {
+        **window,
+        "level": window.get("level", SLEEP_LEVEL),
+        "on_request": window.get("on_request", ON_REQUEST[0]),
+        "units": units,
+    }
+
+
+def _trigger(name: str, kind: str, action: str, level: int, file: str) -> dict[str, Any]:
+    """The idle sleep or the request wake: a window with one action, started by a path unit
+    when the waker creates `file` (the service removes it when it ends, done or failed)."""
+    base = f"vllm-{name}-{action}-{kind}"
+    unit = {"service": f"{base}.service", "path": f"{base}.path"}
+    return {"name": kind, "cause": kind, "action": action, "level": level, "file": file,
+            "on_request": "wake", "units": {action: unit}}  # fmt: skip
 
 
 def _entry(
@@ -137,7 +196,11 @@ def _entry(
 
 
 def _files(
-    name: str, paths: Mapping[str, str], unit_dir: str, windows: list[dict[str, Any]]
+    name: str,
+    paths: Mapping[str, str],
+    unit_dir: str,
+    windows: list[dict[str, Any]],
+    triggers: list[dict[str, Any]],
 ) -> tuple[dict[str, Any], ...]:
     """Every file the roles render for the instance, in the order `warmctl render` lists them."""
     files = [
@@ -151,6 +214,15 @@ def _files(
                                 "vllm_schedule", name, w, action))  # fmt: skip
             files.append(_entry(f"{unit_dir}/{units['timer']}", "vllm-window.timer.j2",
                                 "vllm_schedule", name, w, action))  # fmt: skip
+    for t in triggers:
+        units = t["units"][t["action"]]
+        files.append(_entry(f"{unit_dir}/{units['service']}", "vllm-window.service.j2",
+                            "vllm_schedule", name, t, t["action"]))  # fmt: skip
+        files.append(_entry(f"{unit_dir}/{units['path']}", "vllm-trigger.path.j2",
+                            "vllm_schedule", name, t, t["action"]))  # fmt: skip
+    if triggers:
+        files.append(_entry(f"{unit_dir}/{paths['waker_unit']}", "vllm-waker.service.j2",
+                            "vllm_schedule", name))  # fmt: skip
     if windows:
         files.append(_entry(paths["window_script"], "vllm-reconcile.sh.j2", "vllm_schedule", name))
         files.append(_entry(f"{unit_dir}/{paths['window_unit']}", "vllm-reconcile.service.j2",
@@ -166,11 +238,15 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     name = str(instance.get("name", ""))
     gpu = s["vllm_preflight_device_kind"] == "gpu"
     windows = instance.get("windows") or []
+    idle = instance.get("idle_sleep")
+    idle = idle if isinstance(idle, Mapping) else {}
+    idle_after = duration_seconds(idle["after"], f"instance {name}: idle_sleep.after") if idle else 0
     asked = instance.get("sleep")
-    sleep_requested = bool(windows) if asked is None else _truthy(asked)
+    sleep_requested = bool(windows or idle_after) if asked is None else _truthy(asked)
     sleep = sleep_requested and gpu
     mode = str(s["vllm_proxy_enabled"]).strip().lower()
-    proxied = _truthy(mode) or (mode == "auto" and sleep)
+    # idle sleep needs the door every request passes: the proxy
+    proxied = _truthy(mode) or (mode == "auto" and (sleep or idle_after > 0))
     launcher = bool(instance["launcher"] if "launcher" in instance else s["vllm_service_launcher"])
     port = _int(instance.get("port", s["vllm_service_port"]), f"instance {name}: port")
     offset = _int(s["vllm_proxy_upstream_port_offset"], "vllm_proxy_upstream_port_offset")
@@ -179,6 +255,26 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     local = local_address(bind)
     gate_dir = str(s["vllm_proxy_gate_dir"])
     window_facts = [_window(name, w) for w in windows if isinstance(w, Mapping)]
+    wake_on_request = proxied and (
+        idle_after > 0 or any(w["on_request"] == "wake" for w in window_facts)
+    )
+    idle_level = _int(idle.get("level", SLEEP_LEVEL), f"instance {name}: idle_sleep.level")
+    hold = s["vllm_schedule_wake_hold_sec"]
+    wake_hold = _int(WAKE_HOLD["gpu" if sleep else "cpu"] if hold in (None, "auto") else hold,
+                     "vllm_schedule_wake_hold_sec")  # fmt: skip
+    request_files = {
+        "wakeable": f"{gate_dir}/{name}.wakeable",
+        "wake_request": f"{gate_dir}/{name}.wake-request",
+        "sleep_request": f"{gate_dir}/{name}.sleep-request",
+        "waker_socket": f"{gate_dir}/{name}.waker.sock",
+        "activity_socket": f"{gate_dir}/{name}.activity.sock",
+    }
+    triggers = []
+    if idle_after and proxied:
+        triggers.append(_trigger(name, "idle", "sleep", idle_level, request_files["sleep_request"]))
+    if wake_on_request:
+        level = idle_level if idle_after else SLEEP_LEVEL
+        triggers.append(_trigger(name, "request", "wake", level, request_files["wake_request"]))
     unit_dir, config_dir = s["vllm_service_unit_dir"], s["vllm_service_config_dir"]
     paths = {
         "env_file": f"{config_dir}/{name}.env",
@@ -186,6 +282,7 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "proxy_conf": f"{s['vllm_proxy_conf_dir']}/vllm-{name}.conf",
         "window_unit": f"vllm-{name}-window.service" if window_facts else "",
         "window_script": f"{config_dir}/{name}-window.sh" if window_facts else "",
+        "waker_unit": f"vllm-{name}-waker.service" if triggers else "",
     }
     return InstanceFacts(
         name=name,
@@ -207,7 +304,14 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         warming=f"{gate_dir}/{name}.warming",
         **paths,
         windows=tuple(window_facts),
-        files=_files(name, paths, unit_dir, window_facts),
+        idle_after=idle_after if proxied else 0,
+        idle_level=idle_level,
+        wake_on_request=wake_on_request,
+        wake_hold=wake_hold,
+        awake_port=_int(instance.get("awake_port", 0), f"instance {name}: awake_port"),
+        **request_files,
+        triggers=tuple(triggers),
+        files=_files(name, paths, unit_dir, window_facts, triggers),
     )
 
 

@@ -107,6 +107,29 @@ GOOD: dict[str, dict[str, Any]] = {
             },
         ],
     },
+    # idle sleep + a window a request may wake + the awake-only door (a load balancer's primary)
+    "gpu_idle": {
+        "vllm_preflight_device_kind": "gpu",
+        "vllm_service_textfile_dir": "/var/lib/node_exporter",
+        "vllm_service_instances": [
+            {
+                "name": "idler",
+                "model": "/srv/models/m",
+                "port": 8000,
+                "gpus": [0],
+                "idle_sleep": {"after": "15m", "level": 2},
+                "awake_port": 9000,
+                "windows": [{**NIGHTS, "on_request": "wake"}, WEEKEND],
+            }
+        ],
+    },
+    # CPU: the idle sleep stops the unit, a request starts it (the proxy: auto, for idle sleep)
+    "cpu_idle": {
+        "vllm_preflight_device_kind": "cpu",
+        "vllm_service_instances": [
+            {"name": "tiny", "model": "/srv/models/m", "port": 8000, "idle_sleep": {"after": 90}}
+        ],
+    },
     # the example fleet of inventories/example (what a user copies), on a GPU host
     "example": {
         **{
@@ -258,6 +281,21 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     "variable_typo": (
         {"vllm_service_instance": [OK_INSTANCE], "vllm_service_instances": [OK_INSTANCE]},
         "vllm_service_instance: is not a variable of any role (did you mean vllm_service_instances",
+    ),
+    "idle_after_malformed": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "idle_sleep": {"after": "soon"}}]},
+        'vllm_service_instances[0].idle_sleep.after: is the string "soon" (seconds, or a duration',
+    ),
+    "idle_without_proxy": (
+        {
+            "vllm_proxy_enabled": False,
+            "vllm_service_instances": [{**OK_INSTANCE, "idle_sleep": {"after": "15m"}}],
+        },
+        "vllm_service_instances[0].idle_sleep: is set without the proxy",
+    ),
+    "awake_port_without_wake": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "awake_port": 9000, "windows": [NIGHTS]}]},
+        "vllm_service_instances[0].awake_port: is set, but no request wakes the instance",
     ),
     "find_links_not_list": (
         {"vllm_install_pip_find_links": {"url": "x"}, "vllm_service_instances": [OK_INSTANCE]},

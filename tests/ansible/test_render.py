@@ -116,13 +116,13 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     sleep_svc = r.files[f"{units}/vllm-qwen-sleep-weekend.service"]
     assert unit_values(sleep_svc, "Service", "ExecStart") == [
         "/opt/warmctl/bin/warmctl sleep 127.0.0.1:18000 --level 2 --gate /run/vllm-gate/qwen.closed"
-        " --output-check /var/lib/warmctl/qwen.outputs.json"
+        " --cause window --output-check /var/lib/warmctl/qwen.outputs.json"
     ]
     assert unit_values(sleep_svc, "Service", "StateDirectory") == ["warmctl"]
     wake_svc = r.files[f"{units}/vllm-qwen-wake-nights.service"]
     assert unit_values(wake_svc, "Service", "ExecStart") == [
         "/opt/warmctl/bin/warmctl wake 127.0.0.1:18000 --gate /run/vllm-gate/qwen.closed "
-        "--output-check /var/lib/warmctl/qwen.outputs.json --no-warmup"
+        "--cause window --output-check /var/lib/warmctl/qwen.outputs.json --no-warmup"
     ]
     assert unit_values(wake_svc, "Service", "StateDirectory") == ["warmctl"]
     assert unit_values(wake_svc, "Service", "User") == ["vllm"]
@@ -267,7 +267,7 @@ def test_rendered_timers_pass_systemd_analyze_calendar(rendered_by_ansible):
 def test_reconcile_script_is_valid_sh(rendered_by_ansible):
     root: Path = rendered_by_ansible["root"]
     scripts = sorted(root.glob("*/etc/*-window.sh"))
-    assert len(scripts) == 5  # one per host with windows, the example fleet's included
+    assert len(scripts) == 6  # one per host with windows, the example fleet's included
     for script in scripts:
         assert script.stat().st_mode & 0o111
         proc = subprocess.run(

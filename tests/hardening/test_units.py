@@ -46,6 +46,15 @@ MATRIX: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"name": "tiny", "model": "/srv/models/tiny", "port": 8000, "windows": [NIGHTS]},
         {"vllm_preflight_device_kind": "cpu", "vllm_proxy_enabled": True},
     ),
+    "gpu-idle": (
+        {"name": "idler", "model": "/srv/models/m", "port": 8000, "gpus": [0],
+         "idle_sleep": {"after": "15m"}, "windows": [{**NIGHTS, "on_request": "wake"}]},
+        {"vllm_preflight_device_kind": "gpu", "vllm_proxy_enabled": "auto"},
+    ),
+    "cpu-idle": (
+        {"name": "tiny", "model": "/srv/models/tiny", "port": 8000, "idle_sleep": {"after": 60}},
+        {"vllm_preflight_device_kind": "cpu", "vllm_proxy_enabled": "auto"},
+    ),
 }  # fmt: skip
 MAX_EXPOSURE = 4.0
 
@@ -108,7 +117,7 @@ def test_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
         Path(path).write_text(text)
         if path.endswith(".sh"):
             Path(path).chmod(0o755)
-    units = sorted(p for p in r.files if p.endswith((".service", ".timer")))
+    units = sorted(p for p in r.files if p.endswith((".service", ".timer", ".path")))
     proc = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", *units],
         capture_output=True, text=True, check=False,

@@ -71,3 +71,56 @@ def test_local_address_reaches_a_wildcard_bind_on_loopback():
     assert [local_address(b) for b in ("0.0.0.0", "::", "localhost", "10.0.0.5")] == [
         "127.0.0.1", "127.0.0.1", "127.0.0.1", "10.0.0.5",
     ]  # fmt: skip
+
+
+IDLE = {"name": "idler", "model": "/srv/m", "idle_sleep": {"after": "15m", "level": 2}}
+
+
+@pytest.mark.parametrize(
+    ("after", "seconds"), [(90, 90), ("90s", 90), ("15m", 900), ("15min", 900), ("2h", 7200)]
+)
+def test_idle_sleep_after_reads_seconds_and_durations(after, seconds):
+    f = instance_facts(
+        {**IDLE, "idle_sleep": {"after": after}}, {"vllm_preflight_device_kind": "cpu"}
+    )
+    assert f.idle_after == seconds
+
+
+@pytest.mark.parametrize("after", ["soon", "15 minutes", 0, -5, True, "1d"])
+def test_idle_sleep_after_refuses_what_is_not_a_duration(after):
+    with pytest.raises(ValueError, match=r"idle_sleep\.after"):
+        instance_facts({**IDLE, "idle_sleep": {"after": after}}, {})
+
+
+def test_idle_sleep_puts_the_proxy_in_front_and_adds_the_waker_and_its_two_triggers():
+    cpu = instance_facts(IDLE, {"vllm_preflight_device_kind": "cpu"})
+    # the door every request passes: auto puts the proxy in front of a CPU instance too
+    assert cpu.proxied and not cpu.sleep and cpu.wake_on_request
+    assert (cpu.idle_after, cpu.idle_level, cpu.wake_hold) == (900, 2, 600)
+    assert [(t["action"], t["cause"]) for t in cpu.triggers] == [
+        ("sleep", "idle"),
+        ("wake", "request"),
+    ]
+    assert cpu.triggers[0]["file"] == cpu.sleep_request == "/run/vllm-gate/idler.sleep-request"
+    assert cpu.triggers[1]["units"]["wake"] == {
+        "service": "vllm-idler-wake-request.service",
+        "path": "vllm-idler-wake-request.path",
+    }
+    assert cpu.waker_unit == "vllm-idler-waker.service"
+    templates = [p["template"] for p in cpu.files]
+    assert templates.count("vllm-trigger.path.j2") == 2
+    assert templates.count("vllm-waker.service.j2") == 1
+    gpu = instance_facts(IDLE, {"vllm_preflight_device_kind": "gpu"})
+    assert gpu.sleep and gpu.wake_hold == 120  # vLLM sleep mode: the wake is a /wake_up
+    held = instance_facts(IDLE, {"vllm_schedule_wake_hold_sec": 30})
+    assert held.wake_hold == 30
+
+
+def test_windows_refuse_by_default_and_only_a_waking_one_needs_the_waker():
+    f = instance_facts(WINDOWED, {"vllm_preflight_device_kind": "gpu"})
+    assert [w["on_request"] for w in f.windows] == ["refuse", "refuse"]
+    assert (f.wake_on_request, f.triggers, f.waker_unit) == (False, (), "")
+    waking = {**WINDOWED, "windows": [{**WINDOWED["windows"][0], "on_request": "wake"}]}
+    w = instance_facts(waking, {"vllm_preflight_device_kind": "gpu"})
+    assert w.wake_on_request and [t["cause"] for t in w.triggers] == ["request"]
+    assert w.idle_after == 0

@@ -27,7 +27,7 @@ from functools import cache
 from typing import Any
 
 from warmctl.calendar import calendar_error
-from warmctl.facts import InstanceFacts, instance_facts
+from warmctl.facts import InstanceFacts, duration_seconds, instance_facts
 
 DEVICE_KEY = "vllm_preflight_device_kind"
 INSTANCES = "vllm_service_instances"
@@ -327,6 +327,18 @@ def _calendar(value: str, path: str) -> Iterator[Problem]:
         yield Problem(path, reason, "5-field cron such as '0 20 * * 1-5' or systemd OnCalendar")
 
 
+def _duration(value: Any, path: str) -> Iterator[Problem]:
+    try:
+        duration_seconds(value, path)
+    except ValueError:
+        yield Problem(path, f"is {kind(value)}", "seconds, or a duration such as 90s, 15m, 2h")
+
+
+def _port(value: Any, path: str) -> Iterator[Problem]:
+    if not 0 <= value <= 65535:
+        yield Problem(path, f"is {value}", "a TCP port, 1-65535 (0: none)")
+
+
 def _compilation(value: Mapping[str, Any], path: str) -> Iterator[Problem]:
     yield from _jsonable(value, path)
     mode = value.get("cudagraph_mode")
@@ -413,6 +425,8 @@ RULES: dict[str, Callable[[Any, str], Iterator[Problem]]] = {
     "vllm_service_instances[].windows[].name": _name,
     "vllm_service_instances[].windows[].sleep": _calendar,
     "vllm_service_instances[].windows[].wake": _calendar,
+    "vllm_service_instances[].idle_sleep.after": _duration,
+    "vllm_service_instances[].awake_port": _port,
     "vllm_service_bind": _bind,
     "vllm_service_env": _env,
     "vllm_service_compilation_config": _compilation,
@@ -473,6 +487,7 @@ def _between(v: Mapping[str, Any], device: str | None) -> Iterator[Problem]:
             if window["sleep"].strip() == window["wake"].strip():
                 right = "the instance would sleep and wake at once: give wake another time"
                 yield Problem(f"{w_path}.wake", "is the same as sleep", right)
+        yield from _wake_on_request(v, item, path, device or "gpu")
     if device is not None:
         yield from _proxy_ports(v, instances, device)
         yield from _cpu_cores(v, instances, device)
@@ -485,6 +500,27 @@ def _between(v: Mapping[str, Any], device: str | None) -> Iterator[Problem]:
 def _facts(v: Mapping[str, Any], item: Mapping[str, Any], device: str) -> InstanceFacts:
     """The instance's derived facts (proxied, port, upstream), as the templates decide them."""
     return instance_facts(item, {**v, "vllm_preflight_device_kind": device})
+
+
+def _wake_on_request(
+    v: Mapping[str, Any], item: Mapping[str, Any], path: str, device: str
+) -> Iterator[Problem]:
+    """Idle sleep and wake on request need the proxy (the door that sees every request and holds
+    them); the awake-only door needs something to be awake or asleep for."""
+    f = _facts(v, item, device)
+    wakes = [i for i, w in enumerate(item.get("windows") or []) if w.get("on_request") == "wake"]
+    if not f.proxied:
+        right = "they need the proxy (vllm_proxy_enabled true or auto): it sees every request"
+        if "idle_sleep" in item:
+            yield Problem(f"{path}.idle_sleep", "is set without the proxy", right)
+        for index in wakes:
+            yield Problem(f"{path}.windows[{index}].on_request", "is wake without the proxy", right)
+    door = item.get("awake_port")
+    if door and f.proxied and not f.wake_on_request:
+        right = "set idle_sleep or a window's on_request: wake (it refuses what would wake it)"
+        yield Problem(f"{path}.awake_port", "is set, but no request wakes the instance", right)
+    if door and door in (f.port, f.upstream):
+        yield Problem(f"{path}.awake_port", f"is {door}, the instance's own port", "another port")
 
 
 def _proxy_ports(v: Mapping[str, Any], instances: list[Any], device: str) -> Iterator[Problem]:

@@ -1,0 +1,223 @@
+"""End to end on the real systemd test hosts (marker e2e, root): idle sleep and wake on request
+(a CPU host: the idle sleep drains and stops the unit, a request starts it again).
+
+wt1 is deployed with `idle_sleep: {after: 1m}` beside its usual window (which refuses, the
+default). In order, each step building on the state the previous one left:
+
+1. nobody sends a request: the waker asks for the idle sleep after a minute, the unit is
+   stopped (drained first), the gate says asleep-and-wakable;
+2. 8 concurrent clients then send a request each through the proxy: all 8 complete with 200,
+   one start happened, none was refused; the hold each saw is printed;
+3. the window (on_request: refuse) still refuses: its sleep service stops the unit and a
+   request gets 503 "asleep" at once, no start; its wake service brings it back;
+4. idle again, then a wake that fails (the model's config.json moved away: vLLM cannot
+   start): the requests held are refused with 503 and say why, the instance stays asleep
+   (stopped, still wakable); the model put back, the next request wakes it and is served.
+
+Uses the hosts and the deploy of test_e2e_proxy.py (its `lab` and `deployed` fixtures); named
+to run after the other modules that use them, since it leaves wt1 with idle sleep."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.e2e_support import Lab, ansible_playbook, unit_show, wait_active
+from tests.hardening.e2e_hosts import PROXY_VARS
+from tests.lib import testhosts
+from tests.lib.testhosts import Host
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the e2e test hosts need root"),
+]
+UNIT = "vllm-tiny.service"
+IDLE_AFTER = 60
+GATE = "/run/vllm-gate"
+
+
+@dataclass
+class Idle:
+    lab: Lab
+    host: Host
+    deployed_at: float
+    notes: list[str] = field(default_factory=list)
+
+    def ssh(self, command: str, **kw: Any) -> str:
+        return self.lab.fleet.ssh(self.host, command, check=False, **kw).stdout
+
+    def state(self) -> str:
+        return unit_show(self.lab.fleet, self.host, UNIT, "ActiveState")["ActiveState"]
+
+    def starts(self) -> int:
+        """How many times the unit started (systemd's own count of its start jobs is not kept
+        across stops, so the journal's "Started" lines)."""
+        out = self.ssh(f"journalctl -u {UNIT} --no-pager -o cat")
+        return sum(1 for line in out.splitlines() if line.startswith("Started vllm-tiny"))
+
+    def flags(self) -> set[str]:
+        out = self.ssh(f"ls {GATE}")
+        return {n.split(".", 1)[1] for n in out.split() if n.startswith("tiny.")}
+
+    def wait(self, what: str, predicate: Any, timeout: float) -> float:
+        """Poll `predicate` until true (an event: the unit's state, a flag); seconds taken."""
+        t0 = time.monotonic()
+        while not predicate():
+            assert time.monotonic() - t0 < timeout, f"{what}: not within {timeout:.0f} s"
+            time.sleep(1)
+        return time.monotonic() - t0
+
+
+def request(address: str, timeout: float = 900) -> tuple[int, str, float]:
+    """One completion through the proxy (the client's view): status, body, seconds."""
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 4}).encode()
+    req = urllib.request.Request(
+        f"http://{address}:8000/v1/completions",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode(errors="replace"), time.monotonic() - t0
+    except urllib.error.HTTPError as e:
+        text = f"Retry-After {e.headers.get('Retry-After')} " + e.read().decode(errors="replace")
+        return e.code, text, time.monotonic() - t0
+
+
+def concurrent(address: str, clients: int) -> list[tuple[int, str, float]]:
+    results: list[tuple[int, str, float]] = []
+    lock = threading.Lock()
+    go = threading.Barrier(clients)
+
+    def one() -> None:
+        go.wait()
+        answer = request(address)
+        with lock:
+            results.append(answer)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(1200)
+    assert not any(t.is_alive() for t in threads), "a client hangs"
+    return results
+
+
+@pytest.fixture(scope="module")
+def idle(lab: Lab, deployed: Path) -> Idle:
+    host = lab.fleet.hosts[0]
+    instance = testhosts.lab_instance(
+        lab.model, windows=[lab.window], idle_sleep={"after": f"{IDLE_AFTER}s"}
+    )
+    inventory = lab.inventory(
+        "idle", group_vars=PROXY_VARS, host_vars={host.name: {"vllm_service_instances": [instance]}}
+    )
+    run = ansible_playbook(inventory, "--limit", host.name, log=lab.dir / "idle.log")
+    print(f"site.yml --limit {host.name} with idle_sleep after {IDLE_AFTER} s: exit {run.rc} "
+          f"in {run.seconds:.0f} s")  # fmt: skip
+    assert run.rc == 0, run.describe()
+    return Idle(lab, host, time.monotonic())
+
+
+def _idle_sleep(idle: Idle, step: str) -> float:
+    """Wait for the idle sleep (the unit stopped, the wakable flag up); seconds waited."""
+    waited = idle.wait(f"{step}: the idle sleep", lambda: idle.state() == "inactive", 600)
+    assert "wakeable" in idle.flags(), idle.flags()
+    journal = idle.ssh("journalctl -u vllm-tiny-sleep-idle.service -u vllm-tiny-waker.service "
+                       "--no-pager -o cat -n 12")  # fmt: skip
+    idle.notes.append(f"{step}: asleep after {waited:.0f} s of waiting; journal:\n{journal}")
+    return waited
+
+
+def test_1_an_idle_instance_sleeps_after_its_minute(idle: Idle) -> None:
+    waited = _idle_sleep(idle, "1")
+    since = time.monotonic() - idle.deployed_at
+    health = request_health(idle)
+    print("\n".join(idle.notes[-1:]))
+    print(f"stopped {since:.0f} s after the deploy ended (idle_sleep after {IDLE_AFTER} s); "
+          f"/health through the proxy: {health}")  # fmt: skip
+    assert since >= IDLE_AFTER, "it slept before a minute without requests"
+    assert waited >= 0
+
+
+def request_health(idle: Idle) -> str:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{idle.host.address}:8000/health", timeout=30) as r:
+            return f"{r.status} {r.read(200).decode(errors='replace')}"
+    except urllib.error.HTTPError as e:
+        return f"{e.code} {e.read(200).decode(errors='replace')}"
+
+
+def test_2_eight_clients_wake_it_once_and_all_are_served(idle: Idle) -> None:
+    assert idle.state() == "inactive"
+    before = idle.starts()
+    results = concurrent(idle.host.address, 8)
+    after = idle.starts()
+    codes = sorted(code for code, _, _ in results)
+    held = sorted(seconds for _, _, seconds in results)
+    print(f"8 clients at a sleeping instance: statuses {codes}; each waited "
+          f"{', '.join(f'{s:.1f}' for s in held)} s; starts {before} -> {after}")  # fmt: skip
+    assert codes == [200] * 8, results
+    assert after - before == 1
+    assert idle.state() == "active"
+    assert not {"wakeable", "closed", "warming"} & idle.flags(), idle.flags()
+
+
+def test_3_the_window_that_refuses_still_refuses(idle: Idle) -> None:
+    window = idle.lab.window["name"]
+    before = idle.starts()
+    idle.ssh(f"systemctl start vllm-tiny-sleep-{window}.service", timeout=600)
+    assert idle.state() == "inactive"
+    code, body, seconds = request(idle.host.address, timeout=60)
+    print(f"window {window} asleep: a request -> {code} in {seconds:.2f} s: {body[:120]}")
+    assert code == 503 and "asleep" in body, body
+    assert idle.starts() == before, "a request started an instance its window keeps asleep"
+    idle.ssh(f"systemctl start vllm-tiny-wake-{window}.service", timeout=900)
+    wait_active(idle.lab.fleet, idle.host)
+
+
+def test_4_a_failed_wake_refuses_the_held_requests_and_stays_asleep(idle: Idle) -> None:
+    _idle_sleep(idle, "4")
+    model = testhosts.lab_instance(idle.lab.model)["model"]
+    idle.ssh(f"mv {model}/config.json {model}/config.json.away")
+    try:
+        results = concurrent(idle.host.address, 4)
+        flags, state = idle.flags(), idle.state()
+        journal = idle.ssh("journalctl -u vllm-tiny-wake-request.service -u vllm-tiny-waker.service"
+                           " --no-pager -o cat -n 10")  # fmt: skip
+        print(f"a wake that fails: {[(c, b[:90], round(s, 1)) for c, b, s in results]}; "
+              f"the unit is {state}, flags {sorted(flags)}\n{journal}")  # fmt: skip
+        assert [code for code, _, _ in results] == [503] * 4, results
+        assert all("Retry-After" in body and "wak" in body for _, body, _ in results), results
+        assert state in ("inactive", "failed")
+        assert "wakeable" in flags
+    finally:
+        idle.ssh(f"mv {model}/config.json.away {model}/config.json; systemctl reset-failed {UNIT}")
+    # put back: the next request (once the waker's backoff after a failure is over) wakes it
+    t0 = time.monotonic()
+    while True:
+        code, body, seconds = request(idle.host.address)
+        if code == 200:
+            break
+        assert code == 503, body
+        assert time.monotonic() - t0 < 900, f"still refused after the model came back: {body}"
+        time.sleep(2)
+    print(f"model back: served after {time.monotonic() - t0:.0f} s (the last request held "
+          f"{seconds:.1f} s)")  # fmt: skip
+    assert idle.state() == "active"

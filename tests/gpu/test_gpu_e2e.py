@@ -15,7 +15,11 @@ tarball with ansible-galaxy; vLLM is the interpreter the host already has
    then wake it with the output check passing, at level 1 and at level 2;
 4. `warmctl.vllm.restart`: a relaunch under the launcher (MainPID and NRestarts unchanged);
 5. a deploy that changes a vLLM argument: a restart, verify passes, the server has it;
-6. no ERROR line in the server's journal from anything warmctl sent.
+6. no ERROR line in the server's journal from anything warmctl sent;
+8. idle sleep at level 1 after 20 s without a request, then a request: its TTFT as the client
+   sees it (the proxy holds it while the waker wakes the engine) <= 0.35 s, the output check
+   passed; idle again, then 16 clients at once: all complete, none cut, no engine ERROR line.
+7 (GPU_HOSTS=2, `-k lb`): two hosts behind the documented load balancer, under load.
 
 Figures go to $WARMCTL_GPU_OUT/gpu-e2e.json (and each playbook's output beside it).
 """
@@ -386,6 +390,94 @@ def test_6_no_error_line_in_the_servers_journal() -> None:
     FIGURES["journal_error_lines"] = errors[:20]
     save()
     assert not errors, "\n".join(errors[:20])
+
+
+# ---- 8. idle sleep, and the requests that wake it (-k idle) ----------------------------------
+IDLE_AFTER_S = 20
+IDLE_TTFT_TARGET_S = 0.35  # issue 24: wake + warmup + first token, as the client sees it
+BURST = 16
+
+
+def stream_once(port: int = PORT, tokens: int = 8) -> dict[str, Any]:
+    """One streamed completion through the proxy: the client's TTFT (from the request's send,
+    so a hold is in it), tokens, status."""
+    from warmctl.client import Client
+    from warmctl.errors import WarmctlError
+    from warmctl.stream import stream_completion
+    from warmctl.target import parse_target
+
+    client = Client(parse_target(f"127.0.0.1:{port}"), timeout=300)
+    t0 = time.monotonic()
+    try:
+        r = stream_completion(client, "m", "Count from one to twenty:", max_tokens=tokens,
+                              ignore_eos=True)  # fmt: skip
+    except WarmctlError as err:
+        return {"status": err.status or 0, "error": str(err), "s": time.monotonic() - t0}
+    return {"status": 200, "ttft_s": r.ttft_s, "tokens": r.tokens, "s": time.monotonic() - t0}
+
+
+def test_8_idle_sleep_then_requests_wake_it() -> None:
+    """Idle sleep (level 1) after IDLE_AFTER_S without a request, then one request: its TTFT as
+    the client sees it (the hold: wake, output check, light warmup; then the first token);
+    idle again, then BURST clients at once: all complete, none cut."""
+    import threading
+
+    inventory(WINDOWS_FAR, idle_sleep={"after": f"{IDLE_AFTER_S}s", "level": 1})
+    run = playbook("idle-deploy", "site")
+    fig: dict[str, Any] = {"deploy_s": run["seconds"], "idle_after_s": IDLE_AFTER_S}
+    FIGURES["idle"] = fig
+    awake_mib = gpu_memory_mib()
+    steady = [stream_once() for _ in range(6)][1:]
+    fig["steady_ttft_s"] = sorted(r["ttft_s"] for r in steady)[len(steady) // 2]
+    t0 = time.monotonic()
+    wait_for("the idle sleep", lambda: sleeping() is True, timeout=IDLE_AFTER_S + 180)
+    fig["asleep_after_s"] = round(time.monotonic() - t0, 1)
+    fig["gpu_mib"] = {"awake": awake_mib, "asleep": gpu_memory_mib()}
+    fig["health_asleep"] = get(f"http://127.0.0.1:{PORT}/health")
+    save()
+    assert fig["asleep_after_s"] >= IDLE_AFTER_S - 1
+    first = stream_once()
+    fig["first_request"] = first
+    fig["after_wake_ttft_s"] = [stream_once()["ttft_s"] for _ in range(3)]
+    prom = textfile()
+    fig["wake_output_check_ok"] = metric("warmctl_wake_output_check_ok", prom)
+    fig["waker_journal"] = journal(f"vllm-{NAME}-waker.service").splitlines()[-8:]
+    save()
+    assert first["status"] == 200 and first["tokens"] == 8, first
+    assert fig["wake_output_check_ok"] == 1
+    assert first["ttft_s"] <= IDLE_TTFT_TARGET_S, first
+
+    t0 = time.monotonic()
+    wait_for("the idle sleep, again", lambda: sleeping() is True, timeout=IDLE_AFTER_S + 180)
+    results: list[dict[str, Any]] = []
+    lock = threading.Lock()
+    go = threading.Barrier(BURST)
+
+    def client() -> None:
+        go.wait()
+        r = stream_once(tokens=24)
+        with lock:
+            results.append(r)
+
+    threads = [threading.Thread(target=client) for _ in range(BURST)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    ttfts = sorted(r.get("ttft_s") or 0 for r in results)
+    fig["burst"] = {
+        "clients": BURST,
+        "completed": sum(r["status"] == 200 and r["tokens"] == 24 for r in results),
+        "cut": sum(r["status"] == 200 and r["tokens"] != 24 for r in results),
+        "failed": sum(r["status"] != 200 for r in results),
+        "ttft_s": {"min": ttfts[0], "median": ttfts[len(ttfts) // 2], "max": ttfts[-1]},
+        "errors": [r.get("error") for r in results if r["status"] != 200][:4],
+    }
+    text = journal(UNIT)
+    fig["engine_error_lines"] = [ln for ln in text.splitlines() if re.search(r"\bERROR\b", ln)][:10]
+    save()
+    assert fig["burst"]["completed"] == BURST, fig["burst"]
+    assert not fig["engine_error_lines"]
 
 
 # ---- 7. two hosts behind the documented load balancer (GPU_HOSTS=2, -k lb) ------------------

@@ -559,13 +559,19 @@ def assert_clean(row: dict[str, Any]) -> None:
     assert row["failed"] == 0 and row["cut"] == 0 and row["completed"] == row["started"], row
 
 
+# which of the three steps run (a call of the lent machine is limited to 10 minutes): e.g. "3"
+LB_STEPS = os.environ.get("WARMCTL_GPU_LB_STEPS", "123")
+
+
 def test_7_lb_rolling_deploy_restart_and_a_window_lose_nothing(balanced: str) -> None:
     write_inventory(lb_hosts(max_num_seqs=48), vllm_verify_max_ratio=4)
-    rows = [under_load(balanced, "1. deploy changing every instance, one host at a time",
-                       lambda: playbook("lb-rolling-deploy", "site"))]  # fmt: skip
-    rows.append(
-        under_load(balanced, "2. warmctl.vllm.restart", lambda: playbook("lb-restart", "restart"))
-    )
+    rows = []
+    if "1" in LB_STEPS:
+        rows.append(under_load(balanced, "1. deploy changing every instance, one host at a time",
+                               lambda: playbook("lb-rolling-deploy", "site")))  # fmt: skip
+    if "2" in LB_STEPS:
+        rows.append(under_load(balanced, "2. warmctl.vllm.restart",
+                               lambda: playbook("lb-restart", "restart")))  # fmt: skip
 
     def window() -> None:
         start = host_time() + 45
@@ -583,6 +589,7 @@ def test_7_lb_rolling_deploy_restart_and_a_window_lose_nothing(balanced: str) ->
         result = show(wake_unit, "Result")
         assert result["Result"] == "success", journal(wake_unit)[-3000:]
 
-    rows.append(under_load(balanced, "3. the first host's level-1 window: sleep, wake", window))
+    if "3" in LB_STEPS:
+        rows.append(under_load(balanced, "3. the first host's level-1 window: sleep, wake", window))
     for row in rows:
         assert_clean(row)

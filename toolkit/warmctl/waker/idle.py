@@ -57,6 +57,7 @@ class IdleWatch:
         self.metrics, self.clock = metrics, clock
         self.sleep_request = flags.sleep_request
         self.last = clock()  # the last activity (or when the instance became awake)
+        self.activities = 0  # datagrams received
         self.asleep = False  # not awake at the last look
         self.load_problem: str | None = None  # why /load did not answer (said once)
         # how often the flags are looked at: a wake is seen within a second (a tenth of a
@@ -65,6 +66,7 @@ class IdleWatch:
 
     def activity(self) -> None:
         self.last = self.clock()
+        self.activities += 1
         self.metrics.activity()
 
     async def run(self) -> None:

@@ -144,6 +144,7 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
         if idle is not None:
             out["idle_s"] = round(time.monotonic() - idle.last, 3)
             out["idle_after"] = cfg.idle_after
+            out["activities"] = idle.activities
         return out
 
     tasks: list[asyncio.Task[None]] = []

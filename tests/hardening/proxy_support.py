@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,14 +124,18 @@ _LB_SERVER = re.compile(r"^(\s*server )\S+:\d+( .*;)$", re.MULTILINE)
 _LB_LISTEN = re.compile(r"^(\s*listen )\d+;$", re.MULTILINE)
 
 
-def lb_config(backends: list[str], port: int) -> str:
+def lb_config(backends: Sequence[str | tuple[str, str]], port: int) -> str:
     """docs/examples/nginx-lb.conf as a user applies it: only the upstream's host lines and
-    the listen port changed (exactly as many host lines as the file gives)."""
+    the listen port changed. Each host is (its awake-only door, its instance port): the file's
+    primaries get the doors, its backups the ports, in the same order; a host given as one
+    address (no wake on request) is that address on both lines."""
+    pairs = [(b, b) if isinstance(b, str) else b for b in backends]
+    addresses = [door for door, _ in pairs] + [port_ for _, port_ in pairs]
     text = LB_EXAMPLE.read_text()
     servers = _LB_SERVER.findall(text)
-    if len(servers) != len(backends):
-        raise ValueError(f"{LB_EXAMPLE} lists {len(servers)} hosts, not {len(backends)}")
-    it = iter(backends)
+    if len(servers) != len(addresses):
+        raise ValueError(f"{LB_EXAMPLE} lists {len(servers)} host lines, not {len(addresses)}")
+    it = iter(addresses)
     text = _LB_SERVER.sub(lambda m: f"{m.group(1)}{next(it)}{m.group(2)}", text)
     text, listens = _LB_LISTEN.subn(lambda m: f"{m.group(1)}{port};", text)
     if listens != 1:

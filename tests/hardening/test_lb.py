@@ -2,7 +2,9 @@
 user, only its host lines and listen port changed) on a real nginx on loopback, in front of two
 per-host proxies rendered from templates/ (real nginx), each in front of a vLLM double. 16
 streaming clients go through the load balancer while one host is drained, restarted, warmed,
-verified and put back, as a deploy does: no request fails, none is cut."""
+verified and put back, as a deploy does: no request fails, none is cut. With idle sleep (each
+host's awake-only door a primary, its port a backup, its waker running): requests go to the
+awake host and wake no other; with every host asleep, a request wakes one and is served."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import requests
 from tests.double.server import VllmDouble, wait_until
 from tests.hardening.fleet_load import RotationWatch, StreamLoad
 from tests.hardening.proxy_support import Nginx, ensure_nginx, free_port, lb_config, render_proxy
+from tests.waker.support import GateFiles, PathUnits, Waker
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +38,15 @@ class Host:
     proxy: Nginx
     port: int  # the proxy's (the instance's `port`)
     gate_dir: Path
+    awake_port: int  # the awake-only door (the LB's primary)
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def door(self) -> str:
+        return f"127.0.0.1:{self.awake_port}"
 
     def flag(self, state: str) -> Path:
         return self.gate_dir / f"tiny.{state}"
@@ -63,10 +71,10 @@ def fleet(nginx_bin: str, tmp_path: Path) -> Iterator[Fleet]:
         for name in ("h1", "h2"):
             # the unit always passes --enable-server-load-tracking (the drain reads /load)
             double = VllmDouble(token_delay=0.01, server_load_tracking=True).start()
-            port, gate = free_port(), tmp_path / name / "gate"
+            port, awake_port, gate = free_port(), free_port(), tmp_path / name / "gate"
             gate.mkdir(parents=True)
             files = render_proxy(
-                {"name": "tiny", "model": "/m", "port": port},
+                {"name": "tiny", "model": "/m", "port": port, "awake_port": awake_port},
                 {
                     "vllm_proxy_enabled": True,
                     "vllm_proxy_gate_dir": str(gate),
@@ -76,9 +84,9 @@ def fleet(nginx_bin: str, tmp_path: Path) -> Iterator[Fleet]:
             )
             proxy = Nginx(nginx_bin, tmp_path / name / "nginx", files)
             started.append(proxy.start(port))
-            hosts.append(Host(name, double, proxy, port, gate))
+            hosts.append(Host(name, double, proxy, port, gate, awake_port))
         lb_port = free_port()
-        conf = lb_config([h.address for h in hosts], lb_port)
+        conf = lb_config([(h.door, h.address) for h in hosts], lb_port)
         lb = Nginx(nginx_bin, tmp_path / "lb", {"vllm-lb.conf": conf})
         started.append(lb.start(lb_port))
         yield Fleet(hosts, lb, lb_port)
@@ -93,13 +101,15 @@ def test_the_example_is_the_docs_file_with_only_hosts_and_port_changed() -> None
     from tests.hardening.proxy_support import LB_EXAMPLE
 
     original = LB_EXAMPLE.read_text()
-    applied = lb_config(["127.0.0.1:1111", "127.0.0.1:2222"], 9999)
+    applied = lb_config([("127.0.0.1:1001", "127.0.0.1:1111"), "127.0.0.1:2222"], 9999)
     changed = [
         (a, b) for a, b in zip(original.splitlines(), applied.splitlines(), strict=True) if a != b
     ]
     assert [b.strip() for _, b in changed] == [
-        "server 127.0.0.1:1111 max_fails=1 fail_timeout=5s;",
+        "server 127.0.0.1:1001 max_fails=1 fail_timeout=5s;",
         "server 127.0.0.1:2222 max_fails=1 fail_timeout=5s;",
+        "server 127.0.0.1:1111 max_fails=1 fail_timeout=5s backup;",
+        "server 127.0.0.1:2222 max_fails=1 fail_timeout=5s backup;",
         "listen 9999;",
     ]
     docs = (LB_EXAMPLE.parents[1] / "LOAD-BALANCER.md").read_text()
@@ -304,3 +314,99 @@ def test_a_sleep_window_and_its_wake_under_load_through_the_lb(run, fleet: Fleet
     assert counts.failed == 0 and counts.cut == 0, dict(counts.errors)
     assert h1.double.counters.aborted == 0 and h1.double.counters.sleep_with_in_flight == 0
     assert watch.out_s["h1"] > 1.0 and watch.out_s["h2"] == 0.0
+
+
+@dataclass
+class WakeHost:
+    name: str
+    double: VllmDouble
+    gate: GateFiles
+    waker: Waker
+    units: PathUnits
+    port: int
+    awake_port: int
+
+    def asleep(self) -> None:
+        """What an idle sleep leaves: vLLM asleep, the wakeable flag."""
+        self.double.put_to_sleep(1)
+        self.gate.wakeable.write_text("sleep cause=idle level=1 at now\n")
+
+    @property
+    def woke(self) -> bool:
+        return ("wake", 0) in self.units.runs
+
+
+@pytest.fixture
+def wake_fleet(nginx_bin: str, tmp_path: Path) -> Iterator[tuple[list[WakeHost], str]]:
+    """Two hosts with idle sleep (its clock far off: the test puts them to sleep), each with its
+    waker and systemd's request wake (PathUnits), and the documented LB in front."""
+    hosts: list[WakeHost] = []
+    started: list[Nginx] = []
+    try:
+        for name in ("h1", "h2"):
+            double = VllmDouble(token_delay=0.01, server_load_tracking=True).start()
+            port, awake_port = free_port(), free_port()
+            gate = GateFiles(tmp_path / name / "gate")
+            gate.dir.mkdir(parents=True)
+            instance = {"name": "tiny", "model": "/m", "port": port, "awake_port": awake_port,
+                        "idle_sleep": {"after": "1h"}}  # fmt: skip
+            files = render_proxy(instance, {
+                "vllm_proxy_enabled": True,
+                "vllm_proxy_gate_dir": str(gate.dir),
+                "vllm_proxy_upstream_port_offset": double.port - port,
+                "vllm_proxy_retry_after": 3,
+                "vllm_proxy_access_log": str(tmp_path / name / "nginx" / "access.log"),
+            })  # fmt: skip
+            waker = Waker(gate, double.address, tmp_path / name / "waker.log", hold=60).start()
+            units = PathUnits(gate, double.address, sleep=False).start()
+            hosts.append(WakeHost(name, double, gate, waker, units, port, awake_port))
+            started.append(Nginx(nginx_bin, tmp_path / name / "nginx", files).start(port))
+        lb_port = free_port()
+        pairs = [(f"127.0.0.1:{h.awake_port}", f"127.0.0.1:{h.port}") for h in hosts]
+        lb = Nginx(nginx_bin, tmp_path / "lb", {"vllm-lb.conf": lb_config(pairs, lb_port)})
+        started.append(lb.start(lb_port))
+        yield hosts, f"http://127.0.0.1:{lb_port}"
+    finally:
+        for n in started:
+            n.stop()
+        for h in hosts:
+            h.units.stop()
+            h.waker.stop()
+            h.double.stop()
+
+
+def complete(lb: str) -> requests.Response:
+    body = {"model": "double-model", "prompt": "x", "max_tokens": 4, "stream": True}
+    return requests.post(f"{lb}/v1/completions", json=body, timeout=120)
+
+
+def test_an_asleep_host_is_not_woken_while_another_is_awake(
+    wake_fleet: tuple[list[WakeHost], str],
+) -> None:
+    (h1, h2), lb = wake_fleet
+    h2.asleep()
+    answers = [complete(lb) for _ in range(12)]
+    assert [r.status_code for r in answers] == [200] * 12
+    assert h1.double.counters.completed == 12 and h2.double.counters.generations == 0
+    # the LB tried h2's awake-only door (503 asleep) and moved on; its port, a backup, never
+    assert h2.waker.state()["holding"] == 0 and not h2.gate.wake_request.exists()
+    assert h2.units.runs == [] and h2.double.is_sleeping and h2.gate.wakeable.exists()
+
+
+def test_with_every_host_asleep_a_request_wakes_one_and_is_served(
+    wake_fleet: tuple[list[WakeHost], str],
+) -> None:
+    hosts, lb = wake_fleet
+    for h in hosts:
+        h.asleep()
+    r = complete(lb)
+    assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]")
+    assert r.headers["X-Warmctl-Wake"] == "woke"
+    # the wake's service ends after it opened the gate (the request may be served first)
+    wait_until(lambda: any(h.woke for h in hosts), "the wake service's end")
+    woken = [h for h in hosts if h.woke]
+    asleep = [h for h in hosts if not h.woke]
+    assert len(woken) == 1 and len(asleep) == 1, [h.units.runs for h in hosts]
+    assert not woken[0].double.is_sleeping and woken[0].double.counters.completed == 1
+    assert asleep[0].double.is_sleeping and asleep[0].gate.wakeable.exists()
+    assert asleep[0].units.runs == [] and asleep[0].double.counters.generations == 0

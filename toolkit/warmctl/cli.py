@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "relaunch": ("relaunch", "Replace a launcher-run server from its imported vLLM, then warm it."),
     "wake": ("wake", "Wake a sleeping server (reloading weights after level 2), then warm it."),
     "verify": ("verify", "Measure first-request vs steady TTFT and decode speed; PASS/FAIL."),
+    "waker": ("waker", "Idle sleep and wake on request for one proxied instance (long-running)."),
     "window-check": (
         "window_check",
         "Exit 0 if an instance's unit is active, so its window may act; else say why not.",

@@ -93,6 +93,9 @@ def transport_error(target: Target, path: str, exc: BaseException, timeout: floa
     return WarmctlError(f"{label}: cannot reach {path}: {_short(exc)}", kind="refused")
 
 
+# /health of an instance asleep that a request wakes (wake on request, docs/IDLE-SLEEP.md): 200
+# {"state": "asleep", "wakes_on_request": true}; its /v1/* requests are held and wake it
+PROXY_ASLEEP_WAKEABLE = "asleep"
 # what the proxy (templates/nginx-vllm.conf.j2) answers while an instance sleeps: 503 with
 # "<name> is asleep; retry later" (a stopped or starting one says "is not running")
 GATE_ASLEEP = " is asleep; retry later"
@@ -296,9 +299,18 @@ class Client:
             ) from None
 
     # -- plain routes ---------------------------------------------------------------------
-    def health(self) -> None:
-        """`/health` answers 200 (the API process is up; the model may still be loading)."""
-        self.request("GET", "/health")
+    def health(self) -> str | None:
+        """`/health` answers 200 (the API process is up; the model may still be loading).
+        Returns the state a host's proxy says in a 200 (`asleep`: asleep, and a request would
+        wake it: templates/nginx-vllm.conf.j2), None for vLLM's own answer (no body)."""
+        resp = self.request("GET", "/health")
+        assert resp is not None
+        try:
+            body = json.loads(resp.text) if resp.text.strip() else None
+        except ValueError:
+            return None
+        state = body.get("state") if isinstance(body, dict) else None
+        return state if isinstance(state, str) else None
 
     def models(self) -> list[dict[str, Any]]:
         """`/v1/models` `data`: each has `id` and (vLLM) `max_model_len`."""

@@ -12,11 +12,18 @@ with a 503 (so a load balancer moves on) and `/v1/*` answers with 503 + `Retry-A
   removes it only once `warmctl verify` passed (verify's requests carry `VERIFY_HEADER`, which
   the proxy lets past this flag and a load balancer strips).
 - `NAME.warming`, the unit's warmup is running (created and removed by the unit itself).
+- `NAME.wakeable`, asleep, and a request wakes it (idle sleep, or a window whose `on_request` is
+  wake): the proxy holds a request while `warmctl waker` asks for a wake (docs/IDLE-SLEEP.md).
+  The sleep closes it (`warmctl sleep --gate NAME.wakeable --cause idle`), the wake opens it.
+
+A flag's text says why and when it was closed (`sleep cause=idle at 2026-12-04T14:02:11+0000`);
+`warmctl status --gate-dir` reads it back (`read_flag`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -94,10 +101,10 @@ def behind_closed_gate(gate: Gate, action: Callable[[], T], reason: str = "sleep
         raise
 
 
-def open_after(gate: Gate | None, action: Callable[[], T]) -> T:
-    """Run `action` (wake + warmup); open the gate (if any) only if it succeeded."""
+def open_after(gates: Gate | Sequence[Gate] | None, action: Callable[[], T]) -> T:
+    """Run `action` (wake + warmup); open the gates (if any) only if it succeeded."""
     result = action()
-    if gate is not None:
+    for gate in [gates] if isinstance(gates, Gate) else gates or ():
         gate.open()
     return result
 
@@ -106,12 +113,51 @@ def gate_for(path: str | None, targets: Sequence[object]) -> Gate | None:
     """The `--gate FILE` of a command: one gate belongs to one instance, so one HOST."""
     if path is None:
         return None
-    if len(targets) != 1:
+    return gates_for((path,), targets)[0]
+
+
+def gates_for(paths: Sequence[str], targets: Sequence[object]) -> list[Gate]:
+    """The `--gate FILE...` of `warmctl wake` (the asleep flag and the wakeable one): all of
+    one instance, so one HOST."""
+    if paths and len(targets) != 1:
         raise WarmctlError(
             f"--gate belongs to one instance: give exactly one HOST, not {len(targets)}",
             kind="input",
         )
-    return Gate(path)
+    return [Gate(p) for p in paths]
+
+
+def sleep_reason(cause: str, level: int | None = None) -> str:
+    """The text a sleep writes into its flag: `sleep cause=idle level=1` (`read_flag`)."""
+    return f"sleep cause={cause}" + (f" level={level}" if level else "")
+
+
+_CAUSE = re.compile(r"\bcause=([a-z]+)")
+
+
+@dataclass(frozen=True)
+class FlagInfo:
+    """A flag that exists: since when (its file's time) and why (its text's cause, if any)."""
+
+    path: Path
+    since: float  # Unix time
+    text: str
+    cause: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "since": self.since, "cause": self.cause}
+
+
+def read_flag(path: str | os.PathLike[str]) -> FlagInfo | None:
+    """The flag at `path`, or None when it does not exist (or cannot be read)."""
+    p = Path(path)
+    try:
+        since = p.stat().st_mtime
+        text = p.read_text(errors="replace")[:500].strip()
+    except OSError:
+        return None
+    match = _CAUSE.search(text)
+    return FlagInfo(p, since, text, match.group(1) if match else None)
 
 
 def drain_only_report(

@@ -71,6 +71,19 @@ def drain_timeout_option(past_it: str) -> Callable[[F], F]:
     )
 
 
+def cause_option(action: str) -> Callable[[F], F]:
+    """--cause of sleep and wake: what made it happen, in the metrics and the gate's flag."""
+    return click.option(
+        "--cause",
+        type=click.Choice(["window", "idle", "request", "manual"]),
+        default="manual",
+        show_default=True,
+        help=f"Why this {action} happens (its window's timer, the waker's idle sleep or a request "
+        "that reached the instance asleep, a person): the metrics' cause label "
+        f"(warmctl_{action}s_total) and the gate flag's text (`warmctl status --gate-dir`).",
+    )
+
+
 def textfile_options(fn: F) -> F:
     """--textfile-dir and --instance: the Prometheus textfile of each instance."""
     opts = [
@@ -107,6 +120,7 @@ def write_metrics(
     results: Sequence[object],
     *,
     next_wake: float | None = None,
+    cause: str = "manual",
 ) -> int:
     """Write each target's outcome to its textfile (when --textfile-dir is given).
     0, or 2 after one line on stderr per file that could not be written."""
@@ -125,6 +139,7 @@ def write_metrics(
                 t.host,
                 r,
                 next_wake=next_wake,
+                cause=cause,
             )
         except WarmctlError as err:
             error_line(err.message)

@@ -87,6 +87,11 @@ def warning_line(message: str) -> None:
     _line(sys.stderr, WARNING, f"warmctl: warning: {message}")
 
 
+def info_line(message: str) -> None:
+    """One line of a long-running command's log (the waker), priority info under journald."""
+    _line(sys.stdout, INFO, f"warmctl: {message}")
+
+
 def ms(seconds: float | None, digits: int = 1) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.{digits}f} ms"
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, write_to_textfile
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from warmctl.errors import WarmctlError
@@ -36,6 +36,9 @@ INSTANCE_LABELS = ("vllm_instance", "model", "host")
 RESULTS = ("pass", "fail", "asleep", "error")
 STATES = ("awake", "asleep", "error")
 COMMANDS = ("verify", "warmup", "sleep", "wake")
+# why a sleep or a wake happened: its window's timer, the waker (idle sleep, a request that
+# reached the instance asleep) or a person
+CAUSES = ("window", "idle", "request", "manual")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Spec:
     help: str
     labels: tuple[str, ...] = ()  # beyond INSTANCE_LABELS
     owner: str | None = None  # the command whose run replaces every sample of it
+    kind: str = "gauge"  # or "counter": kept across runs, each run adds to it
 
 
 # every metric warmctl writes; docs/MONITORING.md lists the same (a test compares them)
@@ -84,26 +88,42 @@ METRICS: dict[str, Spec] = {
     ),
     "warmctl_warmup_requests": Spec("Requests the last warmup sent.", owner="warmup"),
     "warmctl_sleep_duration_seconds": Spec(
-        "Wall time of the last sleep, drain included.", owner="sleep"
+        "Wall time of the last sleep, drain included, by its cause.", ("cause",), "sleep"
     ),
     "warmctl_sleep_drain_seconds": Spec(
-        "Seconds the last sleep waited for in-flight requests.", owner="sleep"
+        "Seconds the last sleep waited for in-flight requests, by its cause.", ("cause",), "sleep"
     ),
-    "warmctl_sleep_level": Spec("vLLM sleep level of the last sleep (1 or 2).", owner="sleep"),
+    "warmctl_sleep_level": Spec(
+        "vLLM sleep level of the last sleep (1 or 2), by its cause.", ("cause",), "sleep"
+    ),
     "warmctl_sleep_next_wake_timestamp_seconds": Spec(
         "When the sleep window of the last sleep says the instance wakes (Unix time).",
-        owner="sleep",
+        ("cause",),
+        "sleep",
     ),
     "warmctl_wake_duration_seconds": Spec(
-        "Wall time of the last wake, its warmup included.", owner="wake"
+        "Wall time of the last wake, its warmup included, by its cause.", ("cause",), "wake"
     ),
     "warmctl_wake_level": Spec(
-        "Sleep level the last wake woke from (0: it was already awake).", owner="wake"
+        "Sleep level the last wake woke from (0: it was already awake), by its cause.",
+        ("cause",),
+        "wake",
     ),
     "warmctl_wake_output_check_ok": Spec(
         "1 when the output check after the last wake matched, 0 when it did not (absent: "
         "no check ran).",
-        owner="wake",
+        ("cause",),
+        "wake",
+    ),
+    "warmctl_sleeps_total": Spec(
+        "Sleeps of the instance by cause (window, idle, request, manual) and result (ok, failed).",
+        ("cause", "result"),
+        kind="counter",
+    ),
+    "warmctl_wakes_total": Spec(
+        "Wakes of the instance by cause (window, idle, request, manual) and result (ok, failed).",
+        ("cause", "result"),
+        kind="counter",
     ),
     "warmctl_window_skipped_timestamp_seconds": Spec(
         "When a window's sleep or wake last did not happen, by action, window and reason (the "
@@ -174,7 +194,8 @@ def read_samples(path: Path) -> dict[Key, float]:
 
 
 class _Samples:
-    """A prometheus_client collector over stored samples (every metric a gauge)."""
+    """A prometheus_client collector over stored samples (gauges, and the counters of sleeps and
+    wakes)."""
 
     def __init__(self, samples: Mapping[Key, float]) -> None:
         self.samples = samples
@@ -185,7 +206,8 @@ class _Samples:
             if not rows:
                 continue
             names = list(INSTANCE_LABELS) + list(spec.labels)
-            family = GaugeMetricFamily(name, spec.help, labels=names)
+            kind = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
+            family = kind(name, spec.help, labels=names)
             for labels, value in rows:
                 family.add_metric([labels.get(n, "") for n in names], value)
             yield family
@@ -210,7 +232,8 @@ def update(
     `values`: metric -> value, or -> {label value: value} for the metric's one extra label
     (warmctl_verify_result's result), or -> {(label values...): value} for a metric of several
     extra labels; None leaves the metric out. Every metric `command` owns
-    is replaced (a failed verify leaves no stale TTFT behind); the others are kept.
+    is replaced (a failed verify leaves no stale TTFT behind); the others are kept. A counter's
+    value is added to what the file holds.
     """
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}")
@@ -243,7 +266,9 @@ def update(
                     for label_values, v in value.items():
                         vals = label_values if isinstance(label_values, tuple) else (label_values,)
                         extra = dict(zip(spec.labels, vals, strict=True))
-                        samples[_key(name, {**base, **extra})] = float(v)
+                        key = _key(name, {**base, **extra})
+                        added = samples.get(key, 0.0) if spec.kind == "counter" else 0.0
+                        samples[key] = added + float(v)
                 else:
                     samples[_key(name, base)] = float(value)
             if state is not None:
@@ -308,9 +333,13 @@ def record(
     result: Any,
     *,
     next_wake: float | None = None,
+    cause: str = "manual",
 ) -> Path:
     """Write one command's outcome for one instance: `result` is its report, or the
-    `WarmctlError` it failed with (or a report's `to_dict()`)."""
+    `WarmctlError` it failed with (or a report's `to_dict()`). A sleep's or a wake's metrics
+    carry its `cause` (CAUSES), and count it in warmctl_sleeps_total / warmctl_wakes_total."""
+    if cause not in CAUSES:
+        raise ValueError(f"unknown cause {cause!r}")
     report: dict[str, Any] = (
         dict(result)
         if isinstance(result, Mapping)
@@ -360,6 +389,10 @@ def record(
         if report.get("output_check") is not None and values["warmctl_wake_output_check_ok"] == 0:
             ok = False
         state = "awake" if ok else "error"
+    if command in ("sleep", "wake"):
+        values = {k: None if v is None else {cause: v} for k, v in values.items()}
+        count = "warmctl_sleeps_total" if command == "sleep" else "warmctl_wakes_total"
+        values[count] = {(cause, "ok" if ok else "failed"): 1}
     return update(directory, who, command, values, ok=ok, state=state)
 
 
@@ -371,5 +404,9 @@ def record_window_skip(
     if action not in ("sleep", "wake"):
         raise ValueError(f"unknown window action {action!r}")
     who = Instance(instance, socket.gethostname())
-    values = {"warmctl_window_skipped_timestamp_seconds": {(action, window, reason): time.time()}}
+    count = "warmctl_sleeps_total" if action == "sleep" else "warmctl_wakes_total"
+    values = {
+        "warmctl_window_skipped_timestamp_seconds": {(action, window, reason): time.time()},
+        count: {("window", "failed"): 1},
+    }
     return update(directory, who, action, values, ok=False)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from warmctl.client import Client
+from warmctl.client import PROXY_ASLEEP_WAKEABLE, Client
 from warmctl.errors import WarmctlError
 from warmctl.firststeady import first_then_steady, first_vs_steady
 from warmctl.stream import StreamResult, percentile, stream_completion
@@ -158,6 +158,15 @@ def is_asleep(client: Client) -> bool:
     return state not in (None, "awake")
 
 
+def _wakes_on_request(client: Client) -> bool:
+    """The proxy's /health says the instance sleeps until a request wakes it: a measurement
+    would wake it and time the wake (any other answer, or none: the usual wait decides)."""
+    try:
+        return client.health() == PROXY_ASLEEP_WAKEABLE
+    except WarmctlError:
+        return False
+
+
 def _asleep_now(client: Client) -> bool:
     try:
         return is_asleep(client)
@@ -196,6 +205,10 @@ def verify(
         return f"[verify {run}-{next(counter)}] {p}"
 
     try:
+        if _wakes_on_request(client):  # asleep behind the proxy: a request would wake it
+            report.status = ASLEEP
+            report.reasons = ["asleep (a request wakes it: not woken to be measured)"]
+            return report
         models = client.wait_ready(timeout=ready_timeout, wait_start=wait_start, on_wait=on_wait)
         chosen = next((m for m in models if m["id"] == model), None) if model else models[0]
         if chosen is None:

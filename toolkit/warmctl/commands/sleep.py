@@ -10,6 +10,7 @@ import click
 from warmctl.errors import WarmctlError
 from warmctl.facts import SLEEP_LEVEL
 from warmctl.options import (
+    cause_option,
     drain_timeout_option,
     guard,
     host_options,
@@ -61,6 +62,7 @@ from warmctl.target import Target
     "the metrics: written as warmctl_sleep_next_wake_timestamp_seconds, so an alert can tell "
     "a wake that did not happen (the window services pass it).",
 )
+@cause_option("sleep")
 @textfile_options
 def command(
     hosts: tuple[str, ...],
@@ -73,6 +75,7 @@ def command(
     drain_only: bool,
     check_file: str | None,
     next_wake: str | None,
+    cause: str,
     textfile_dir: str | None,
     instance_name: str | None,
 ) -> None:
@@ -90,7 +93,7 @@ def command(
 
     def body() -> int:
         from warmctl.client import Client
-        from warmctl.gate import behind_closed_gate, drain_only_report, gate_for
+        from warmctl.gate import behind_closed_gate, drain_only_report, gate_for, sleep_reason
         from warmctl.options import check_instance_name, write_metrics
         from warmctl.output import report_hosts
         from warmctl.outputcheck import recorder
@@ -121,13 +124,15 @@ def command(
                 on_wait=say,
             )
 
+        reason = sleep_reason(cause, None if drain_only else level)
+
         def guarded(t: Target, say: Callable[[str], None] | None) -> SleepReport:
-            return behind_closed_gate(gate, lambda: one(t, say)) if gate else one(t, say)
+            return behind_closed_gate(gate, lambda: one(t, say), reason) if gate else one(t, say)
 
         with board(not as_json) as track:
             results = per_host(targets, lambda t: guarded(t, say_of(track(t.label))))
         metrics_code = write_metrics(
-            textfile_dir, instance_name, "sleep", targets, results, next_wake=wake_at
+            textfile_dir, instance_name, "sleep", targets, results, next_wake=wake_at, cause=cause
         )
 
         def lines(r: SleepReport) -> list[str]:

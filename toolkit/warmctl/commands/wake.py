@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 import click
 
 from warmctl.errors import WarmctlError
-from warmctl.options import guard, host_options, per_host, resolve_targets, textfile_options
+from warmctl.options import (
+    cause_option,
+    guard,
+    host_options,
+    per_host,
+    resolve_targets,
+    textfile_options,
+)
 from warmctl.target import Target
 from warmctl.warmup_cli import warmup_kwargs, warmup_options
 
@@ -36,10 +43,12 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--gate",
-    "gate_path",
+    "gate_paths",
     metavar="FILE",
+    multiple=True,
     help="The instance's proxy gate flag (one HOST): removed once the server is awake and "
-    "warm, so the proxy passes requests again.",
+    "warm, so the proxy passes requests again. Repeatable (the asleep flag and the wakeable "
+    "one): all are removed, only after a wake that succeeded (an awake server's too).",
 )
 @click.option(
     "--output-check",
@@ -60,6 +69,7 @@ if TYPE_CHECKING:
     metavar="X",
     help="Largest logprob difference accepted on an equal token.",
 )
+@cause_option("wake")
 @warmup_options
 @textfile_options
 def command(
@@ -70,9 +80,10 @@ def command(
     level: str,
     no_warmup: bool,
     full_warmup: bool,
-    gate_path: str | None,
+    gate_paths: tuple[str, ...],
     check_file: str | None,
     output_tolerance: float,
+    cause: str,
     textfile_dir: str | None,
     instance_name: str | None,
     **options: object,
@@ -99,12 +110,12 @@ def command(
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
         kwargs["light"] = not (full_warmup or "batch_sizes" in kwargs)
-        from warmctl.gate import gate_for, open_after
+        from warmctl.gate import gates_for, open_after
         from warmctl.options import check_instance_name, write_metrics
 
         targets = resolve_targets(hosts)
         check_instance_name(instance_name, targets)
-        gate = gate_for(gate_path, targets)
+        gates = gates_for(gate_paths, targets)
         if check_file and len(targets) != 1:
             raise WarmctlError(
                 f"--output-check belongs to one instance: give exactly one HOST, not "
@@ -127,8 +138,10 @@ def command(
             )
 
         with progress_display(not as_json) as make:
-            results = per_host(targets, lambda t: open_after(gate, lambda: one(t, make(t.label))))
-        metrics_code = write_metrics(textfile_dir, instance_name, "wake", targets, results)
+            results = per_host(targets, lambda t: open_after(gates, lambda: one(t, make(t.label))))
+        metrics_code = write_metrics(
+            textfile_dir, instance_name, "wake", targets, results, cause=cause
+        )
 
         def lines(r: WakeReport) -> list[str]:
             steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps) or "nothing to do"

@@ -1,0 +1,164 @@
+"""`warmctl waker --target HOST:PORT --socket FILE ...`"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from warmctl.options import guard, textfile_options
+
+
+@click.command(name="waker")
+@click.option(
+    "--target",
+    metavar="HOST:PORT",
+    required=True,
+    help="vLLM on this host (behind the proxy: 127.0.0.1:PORT+offset): its /load tells what is "
+    "in flight before an idle sleep.",
+)
+@click.option(
+    "--socket",
+    "socket_path",
+    metavar="FILE",
+    required=True,
+    help="The HTTP socket nginx's auth_request asks (GATE_DIR/NAME.waker.sock; mode 0666).",
+)
+@click.option(
+    "--activity-socket",
+    metavar="FILE",
+    help="The datagram socket of nginx's access log of /v1/ (GATE_DIR/NAME.activity.sock; "
+    "mode 0666): each datagram is a request vLLM answered. Needed with --idle-after.",
+)
+@click.option(
+    "--wakeable",
+    metavar="FILE",
+    required=True,
+    help="Flag: asleep, a request wakes it (GATE_DIR/NAME.wakeable).",
+)
+@click.option(
+    "--closed",
+    metavar="FILE",
+    required=True,
+    help="Flag: asleep, requests refused (GATE_DIR/NAME.closed).",
+)
+@click.option(
+    "--warming",
+    metavar="FILE",
+    required=True,
+    help="Flag: the unit's warmup runs (GATE_DIR/NAME.warming).",
+)
+@click.option(
+    "--draining",
+    metavar="FILE",
+    required=True,
+    help="Flag: out of rotation for a restart (GATE_DIR/NAME.draining).",
+)
+@click.option(
+    "--wake-request",
+    metavar="FILE",
+    required=True,
+    help="Created to ask systemd for a wake (GATE_DIR/NAME.wake-request; its path unit runs "
+    "the wake, whose service removes the file when it ends).",
+)
+@click.option(
+    "--sleep-request",
+    metavar="FILE",
+    help="Created to ask systemd for an idle sleep (GATE_DIR/NAME.sleep-request). Needed with "
+    "--idle-after.",
+)
+@click.option(
+    "--idle-after",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    metavar="S",
+    help="Ask for a sleep once no request finished for S seconds and none is in flight "
+    "(0: no idle sleep).",
+)
+@click.option(
+    "--hold",
+    type=click.FloatRange(min=0.1),
+    default=120.0,
+    show_default=True,
+    metavar="S",
+    help="Longest a request is held while the instance wakes; past it, 503 wake-timeout.",
+)
+@click.option(
+    "--failed-backoff",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    metavar="S",
+    help="After a failed wake, refuse requests at once (503 waking-failed) for S seconds "
+    "before a request asks for a wake again.",
+)
+@textfile_options
+def command(
+    target: str,
+    socket_path: str,
+    activity_socket: str | None,
+    wakeable: str,
+    closed: str,
+    warming: str,
+    draining: str,
+    wake_request: str,
+    sleep_request: str | None,
+    idle_after: float,
+    hold: float,
+    failed_backoff: float,
+    textfile_dir: str | None,
+    instance_name: str | None,
+) -> None:
+    """Idle sleep and wake on request for one proxied instance (runs until stopped).
+
+    Wake on request: while the wakeable flag exists, nginx asks this process (auth_request on
+    --socket) before it passes a /v1/ request to vLLM. The first such request creates the
+    wake-request file (systemd's path unit wakes the instance), every request waits for that one
+    wake, and all are passed in the order they came once the wakeable, closed and warming flags
+    are gone. A wake that fails (its request file removed, the instance still asleep) refuses
+    them (503 waking-failed), and new ones for --failed-backoff; a request held past --hold gets
+    503 wake-timeout; the closed flag appearing (a window that refuses) 503 asleep.
+
+    Idle sleep (--idle-after S): awake (no flag) and no request finished for S seconds (nginx's
+    datagrams on --activity-socket) and vLLM's /load says none in flight: the sleep-request file
+    is created (systemd's path unit runs the sleep, with its drain and gate).
+
+    It needs no privileges: it reads and creates files in the gate folder and binds two sockets
+    there. Log lines go to stdout/stderr (journald priorities under systemd); metrics to
+    --textfile-dir as warmctl_NAME.waker.prom. See docs/IDLE-SLEEP.md.
+
+    Exit status: 0 when stopped (SIGTERM), 2 on bad options (nothing bound or written).
+    """
+
+    def body() -> int:
+        from warmctl.errors import WarmctlError
+        from warmctl.target import parse_target
+        from warmctl.waker.flags import Flags
+        from warmctl.waker.service import WakerConfig, run
+
+        parsed = parse_target(target)
+        if parsed.prefix or parsed.scheme != "http":
+            raise WarmctlError(f"--target {target!r}: HOST:PORT of vLLM on this host", kind="input")
+        flags = Flags(
+            wakeable=Path(wakeable),
+            closed=Path(closed),
+            warming=Path(warming),
+            draining=Path(draining),
+            wake_request=Path(wake_request),
+            sleep_request=Path(sleep_request) if sleep_request else None,
+        )
+        cfg = WakerConfig(
+            name=instance_name or parsed.label,
+            socket=Path(socket_path),
+            activity_socket=Path(activity_socket) if activity_socket else None,
+            flags=flags,
+            target=target,
+            idle_after=idle_after,
+            hold=hold,
+            failed_backoff=failed_backoff,
+            textfile_dir=textfile_dir,
+        )
+        return run(cfg)
+
+    guard(body)

@@ -86,7 +86,9 @@ def waker_argv(files: GateFiles, target: str, **options: Any) -> list[str]:
     if options.get("idle_after"):
         argv += ["--idle-after", str(options["idle_after"]), "--activity-socket",
                  str(files.activity), "--sleep-request", str(files.sleep_request)]  # fmt: skip
-    for key in ("hold", "failed_backoff", "textfile_dir"):
+    if options.get("wake_here"):
+        argv += ["--wake-here"]
+    for key in ("hold", "failed_backoff", "textfile_dir", "lock", "output_check"):
         if options.get(key) is not None:
             argv += [f"--{key.replace('_', '-')}", str(options[key])]
     return argv

@@ -336,3 +336,46 @@ def test_a_second_waker_for_the_same_instance_is_refused(
     result = run(*waker_argv(gate, "127.0.0.1:8000")[1:])
     assert result.exit_code == 2 and "another process listens" in result.stderr
     assert gate.socket.exists()  # the first one's socket is left alone
+
+
+def test_wake_here_wakes_a_sleep_mode_engine_itself(
+    start_waker: Callable[..., Waker], gate: GateFiles, vllm_double: VllmDouble
+) -> None:
+    """GPU: the waker runs `warmctl wake` itself (no service to start inside the hold): the
+    double's engine really woken over HTTP, both asleep flags opened, the request file made
+    and removed around it, the held requests released."""
+    vllm_double.put_to_sleep(1)
+    gate.wakeable.write_text("sleep cause=idle level=1\n")
+    waker = start_waker(f"127.0.0.1:{vllm_double.port}", hold=60, wake_here=True,
+                        lock=gate.path("lock"))  # fmt: skip
+    answers = Held(waker.hold).start(4, lambda n: None).join()
+    assert sorted(a[:2] for a in answers) == [(204, "woke")] * 4, waker.log()
+    assert not vllm_double.is_sleeping
+    assert not gate.wakeable.exists() and not gate.closed.exists()
+    wait_until(lambda: not gate.wake_request.exists(), "the request file removed after the wake")
+    assert "woken by this waker" in waker.log()
+
+
+def test_wake_here_waits_for_a_sleep_that_holds_the_lock(
+    start_waker: Callable[..., Waker], gate: GateFiles, vllm_double: VllmDouble
+) -> None:
+    """A request while a sleep of the instance still runs (it holds the lock): the wake waits
+    for the sleep, then wakes the engine the sleep put to sleep, never the other way round."""
+    import fcntl
+
+    lock = gate.path("lock")
+    gate.wakeable.write_text("sleep cause=idle level=1\n")
+    fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # the idle sleep's `warmctl sleep --lock`, still draining
+    try:
+        waker = start_waker(f"127.0.0.1:{vllm_double.port}", hold=60, wake_here=True,
+                            lock=lock)  # fmt: skip
+        held = Held(waker.hold).start(2, waker.wait_holding)
+        wait_until(lambda: "another sleep or wake" in waker.log(), "the wake waiting for the lock")
+        assert held.answers == [] and gate.wakeable.exists()
+        vllm_double.put_to_sleep(1)  # the sleep's /sleep, done
+    finally:
+        os.close(fd)  # the sleep ends
+    answers = held.join()
+    assert sorted(a[:2] for a in answers) == [(204, "woke")] * 2, waker.log()
+    assert not vllm_double.is_sleeping

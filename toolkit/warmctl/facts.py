@@ -27,6 +27,8 @@ collection's `warmctl.vllm.vllm_instance_facts` filter, once per host in vllm_pr
     wakeable, wake_request, sleep_request, waker_socket, activity_socket   the wake-on-request
               files in the gate folder: asleep-and-wakeable flag, the waker's two asks to systemd
               (path units), its HTTP socket (nginx's auth_request) and the access-log socket
+    lock      held by each sleep and wake of the instance (GPU): one at a time
+    outputs   the answers a GPU sleep records and its wake replays (the output check)
     triggers  the idle sleep and the request wake, shaped like windows (one action each), with
               their path and service units
     files     every file the roles render for the instance: path, template, role, window, action
@@ -104,6 +106,8 @@ class InstanceFacts:
     sleep_request: str  # ... for an idle sleep (vllm-NAME-sleep-idle.path)
     waker_socket: str
     activity_socket: str
+    lock: str
+    outputs: str
     waker_unit: str  # "" without wake on request and idle sleep
     triggers: tuple[dict[str, Any], ...]
     files: tuple[dict[str, Any], ...]
@@ -220,7 +224,7 @@ def _files(
                             "vllm_schedule", name, t, t["action"]))  # fmt: skip
         files.append(_entry(f"{unit_dir}/{units['path']}", "vllm-trigger.path.j2",
                             "vllm_schedule", name, t, t["action"]))  # fmt: skip
-    if triggers:
+    if paths["waker_unit"]:
         files.append(_entry(f"{unit_dir}/{paths['waker_unit']}", "vllm-waker.service.j2",
                             "vllm_schedule", name))  # fmt: skip
     if windows:
@@ -268,11 +272,18 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "sleep_request": f"{gate_dir}/{name}.sleep-request",
         "waker_socket": f"{gate_dir}/{name}.waker.sock",
         "activity_socket": f"{gate_dir}/{name}.activity.sock",
+        # held by every sleep and wake of the instance for its whole run (warmctl sleep/wake
+        # --lock): a wake asked while a sleep drains waits for it, and the other way round
+        "lock": f"{gate_dir}/{name}.lock",
+        # the greedy answers a sleep records and a wake replays (vllm_schedule_output_check)
+        "outputs": f"/var/lib/warmctl/{name}.outputs.json",
     }
     triggers = []
     if idle_after and proxied:
         triggers.append(_trigger(name, "idle", "sleep", idle_level, request_files["sleep_request"]))
-    if wake_on_request:
+    if wake_on_request and not sleep:
+        # a start (CPU hosts, sleep off) is systemd's to do; a vLLM sleep mode's wake the waker
+        # does itself, as `warmctl wake` would (no process to start: the wake is ~0.2 s)
         level = idle_level if idle_after else SLEEP_LEVEL
         triggers.append(_trigger(name, "request", "wake", level, request_files["wake_request"]))
     unit_dir, config_dir = s["vllm_service_unit_dir"], s["vllm_service_config_dir"]
@@ -282,7 +293,7 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "proxy_conf": f"{s['vllm_proxy_conf_dir']}/vllm-{name}.conf",
         "window_unit": f"vllm-{name}-window.service" if window_facts else "",
         "window_script": f"{config_dir}/{name}-window.sh" if window_facts else "",
-        "waker_unit": f"vllm-{name}-waker.service" if triggers else "",
+        "waker_unit": f"vllm-{name}-waker.service" if wake_on_request else "",
     }
     return InstanceFacts(
         name=name,

@@ -14,6 +14,7 @@ from warmctl.options import (
     drain_timeout_option,
     guard,
     host_options,
+    lock_option,
     per_host,
     resolve_targets,
     textfile_options,
@@ -63,6 +64,7 @@ from warmctl.target import Target
     "a wake that did not happen (the window services pass it).",
 )
 @cause_option("sleep")
+@lock_option("sleep")
 @textfile_options
 def command(
     hosts: tuple[str, ...],
@@ -76,6 +78,7 @@ def command(
     check_file: str | None,
     next_wake: str | None,
     cause: str,
+    lock_path: str | None,
     textfile_dir: str | None,
     instance_name: str | None,
 ) -> None:
@@ -94,8 +97,9 @@ def command(
     def body() -> int:
         from warmctl.client import Client
         from warmctl.gate import behind_closed_gate, drain_only_report, gate_for, sleep_reason
+        from warmctl.oplock import held
         from warmctl.options import check_instance_name, write_metrics
-        from warmctl.output import report_hosts
+        from warmctl.output import info_line, report_hosts
         from warmctl.outputcheck import recorder
         from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, SleepReport, sleep
         from warmctl.waits import board, say_of
@@ -129,7 +133,7 @@ def command(
         def guarded(t: Target, say: Callable[[str], None] | None) -> SleepReport:
             return behind_closed_gate(gate, lambda: one(t, say), reason) if gate else one(t, say)
 
-        with board(not as_json) as track:
+        with board(not as_json) as track, held(lock_path, info_line):
             results = per_host(targets, lambda t: guarded(t, say_of(track(t.label))))
         metrics_code = write_metrics(
             textfile_dir, instance_name, "sleep", targets, results, next_wake=wake_at, cause=cause

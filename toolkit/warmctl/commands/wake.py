@@ -12,6 +12,7 @@ from warmctl.options import (
     cause_option,
     guard,
     host_options,
+    lock_option,
     per_host,
     resolve_targets,
     textfile_options,
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     help="Largest logprob difference accepted on an equal token.",
 )
 @cause_option("wake")
+@lock_option("wake")
 @warmup_options
 @textfile_options
 def command(
@@ -84,6 +86,7 @@ def command(
     check_file: str | None,
     output_tolerance: float,
     cause: str,
+    lock_path: str | None,
     textfile_dir: str | None,
     instance_name: str | None,
     **options: object,
@@ -111,7 +114,9 @@ def command(
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
         kwargs["light"] = not (full_warmup or "batch_sizes" in kwargs)
         from warmctl.gate import gates_for, open_after
+        from warmctl.oplock import held
         from warmctl.options import check_instance_name, write_metrics
+        from warmctl.output import info_line
 
         targets = resolve_targets(hosts)
         check_instance_name(instance_name, targets)
@@ -137,7 +142,7 @@ def command(
                 check=check,
             )
 
-        with progress_display(not as_json) as make:
+        with progress_display(not as_json) as make, held(lock_path, info_line):
             results = per_host(targets, lambda t: open_after(gates, lambda: one(t, make(t.label))))
         metrics_code = write_metrics(
             textfile_dir, instance_name, "wake", targets, results, cause=cause

@@ -93,6 +93,26 @@ from warmctl.options import guard, textfile_options
     help="After a failed wake, refuse requests at once (503 waking-failed) for S seconds "
     "before a request asks for a wake again.",
 )
+@click.option(
+    "--wake-here",
+    is_flag=True,
+    help="The instance sleeps in vLLM's sleep mode (GPU): wake it from this process, as "
+    "`warmctl wake TARGET --gate CLOSED --gate WAKEABLE --cause request` would (with "
+    "--output-check, --lock and the textfile options), instead of leaving the wake to systemd "
+    "(a CPU host's wake is a start of the unit).",
+)
+@click.option(
+    "--output-check",
+    "check_file",
+    metavar="FILE",
+    help="With --wake-here: the answers recorded at the sleep, replayed before the gate opens.",
+)
+@click.option(
+    "--lock",
+    "lock_path",
+    metavar="FILE",
+    help="With --wake-here: the instance's sleep/wake lock (GATE_DIR/NAME.lock).",
+)
 @textfile_options
 def command(
     target: str,
@@ -107,6 +127,9 @@ def command(
     idle_after: float,
     hold: float,
     failed_backoff: float,
+    wake_here: bool,
+    check_file: str | None,
+    lock_path: str | None,
     textfile_dir: str | None,
     instance_name: str | None,
 ) -> None:
@@ -148,6 +171,15 @@ def command(
             wake_request=Path(wake_request),
             sleep_request=Path(sleep_request) if sleep_request else None,
         )
+        wake_argv = None
+        if wake_here:
+            wake_argv = ["wake", target, "--gate", closed, "--gate", wakeable, "--cause", "request"]
+            wake_argv += ["--output-check", check_file] if check_file else []
+            wake_argv += ["--lock", lock_path] if lock_path else []
+            wake_argv += ["--textfile-dir", textfile_dir] if textfile_dir else []
+            wake_argv += ["--instance", instance_name] if instance_name else []
+        elif check_file or lock_path:
+            raise WarmctlError("--output-check and --lock go with --wake-here", kind="input")
         cfg = WakerConfig(
             name=instance_name or parsed.label,
             socket=Path(socket_path),
@@ -158,6 +190,7 @@ def command(
             hold=hold,
             failed_backoff=failed_backoff,
             textfile_dir=textfile_dir,
+            wake_argv=wake_argv,
         )
         return run(cfg)
 

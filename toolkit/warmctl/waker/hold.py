@@ -59,8 +59,11 @@ class Hold:
         failed_backoff_s: float,
         metrics: WakerMetrics,
         clock: Callable[[], float] = time.monotonic,
+        on_asked: Callable[[], None] | None = None,
     ) -> None:
         self.name, self.flags, self.hold_s = name, flags, hold_s
+        # called when this process created the wake-request file (the waker's own wake, GPU)
+        self.on_asked = on_asked
         self.failed_backoff_s, self.metrics, self.clock = failed_backoff_s, metrics, clock
         self.queue: deque[Holder] = deque()
         self.wake_seen = False  # the wake-request file existed since the last outcome
@@ -126,6 +129,8 @@ class Hold:
                 f"{self.name}: a request reached it asleep: asked for a wake "
                 f"({self.flags.wake_request})"
             )
+            if self.on_asked is not None:
+                self.on_asked()
         return True
 
     # -- all of them ----------------------------------------------------------------------

@@ -37,6 +37,7 @@ class WakerConfig:
     hold: float
     failed_backoff: float
     textfile_dir: str | None
+    wake_argv: list[str] | None = None  # `warmctl` argv of the waker's own wake (GPU), else None
 
 
 def _socket_problem(path: Path, kind: int) -> str | None:
@@ -132,7 +133,13 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     metrics = WakerMetrics(cfg.name, cfg.textfile_dir)
-    hold = Hold(cfg.name, cfg.flags, cfg.hold, cfg.failed_backoff, metrics)
+    local = None
+    if cfg.wake_argv is not None:
+        from warmctl.waker.wakehere import LocalWake
+
+        local = LocalWake(cfg.name, cfg.wake_argv, cfg.flags.wake_request)
+    hold = Hold(cfg.name, cfg.flags, cfg.hold, cfg.failed_backoff, metrics,
+                on_asked=local.start if local is not None else None)  # fmt: skip
     idle: IdleWatch | None = None
     if cfg.idle_after > 0:
         idle = IdleWatch(cfg.name, cfg.flags, cfg.idle_after, _load_reader(cfg.target), metrics)

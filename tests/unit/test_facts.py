@@ -112,6 +112,7 @@ def test_idle_sleep_puts_the_proxy_in_front_and_adds_the_waker_and_its_two_trigg
     assert templates.count("vllm-waker.service.j2") == 1
     gpu = instance_facts(IDLE, {"vllm_preflight_device_kind": "gpu"})
     assert gpu.sleep and gpu.wake_hold == 120  # vLLM sleep mode: the wake is a /wake_up
+    assert [t["cause"] for t in gpu.triggers] == ["idle"]  # the waker wakes it itself
     held = instance_facts(IDLE, {"vllm_schedule_wake_hold_sec": 30})
     assert held.wake_hold == 30
 
@@ -122,5 +123,9 @@ def test_windows_refuse_by_default_and_only_a_waking_one_needs_the_waker():
     assert (f.wake_on_request, f.triggers, f.waker_unit) == (False, (), "")
     waking = {**WINDOWED, "windows": [{**WINDOWED["windows"][0], "on_request": "wake"}]}
     w = instance_facts(waking, {"vllm_preflight_device_kind": "gpu"})
-    assert w.wake_on_request and [t["cause"] for t in w.triggers] == ["request"]
+    # vLLM sleep mode: the waker wakes it itself (no request trigger); a CPU host's start is
+    # systemd's (the request trigger's path unit)
+    assert w.wake_on_request and w.triggers == () and w.waker_unit == "vllm-qwen-waker.service"
     assert w.idle_after == 0
+    cpu = instance_facts(waking, {"vllm_preflight_device_kind": "cpu", "vllm_proxy_enabled": True})
+    assert [t["cause"] for t in cpu.triggers] == ["request"]

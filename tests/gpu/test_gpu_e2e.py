@@ -392,6 +392,44 @@ def test_6_no_error_line_in_the_servers_journal() -> None:
     assert not errors, "\n".join(errors[:20])
 
 
+# ---- 9. the launcher under systemd: a server that dies, a stop (-k launcher) -----------------
+def test_9_launcher_a_dead_server_restarts_the_unit_and_a_stop_is_prompt() -> None:
+    """The server (the launcher's child) killed: the launcher exits with its status, systemd's
+    Restart=on-failure starts the unit again (warmed before it counts as started); then
+    `systemctl stop` ends within TimeoutStopSec, with no process of the unit left."""
+    state = show(UNIT, "MainPID", "NRestarts", "TimeoutStopUSec")
+    main_pid = state["MainPID"]
+    children = sh(f"cat /proc/{main_pid}/task/*/children").stdout.split()
+    assert children, "the launcher has no server child"
+    fig: dict[str, Any] = {"before": state, "server_pid": children[0]}
+    FIGURES["launcher"] = fig
+    t0 = time.monotonic()
+    host("kill", "-KILL", children[0])
+    restarted = lambda: show(UNIT, "NRestarts")["NRestarts"] != state["NRestarts"]  # noqa: E731
+    wait_for("the unit restarted by systemd", restarted, timeout=120)
+    wait_for("active again (warm)", lambda: show(UNIT, "ActiveState")["ActiveState"] == "active",
+             timeout=400)  # fmt: skip
+    fig["restarted_warm_s"] = round(time.monotonic() - t0, 1)
+    after = show(UNIT, "MainPID", "NRestarts", "Result")
+    fig["after"] = after
+    fig["verify_through_proxy"] = verify_through_proxy()
+    save()
+    assert after["MainPID"] != main_pid and int(after["NRestarts"]) == int(state["NRestarts"]) + 1
+    t0 = time.monotonic()
+    host("systemctl", "stop", UNIT, timeout=300)
+    fig["stop_s"] = round(time.monotonic() - t0, 2)
+    left = sh(f"systemctl show -p ControlGroup --value {UNIT}").stdout.strip()
+    fig["left_in_cgroup"] = sh(f"cat /sys/fs/cgroup{left}/cgroup.procs 2>/dev/null").stdout.split()
+    fig["stop_journal"] = journal(UNIT).splitlines()[-6:]
+    host("systemctl", "start", UNIT, timeout=500)
+    save()
+    span = sh(f"systemd-analyze timespan '{state['TimeoutStopUSec']}'").stdout
+    limit_s = int(re.search(r"μs: (\d+)", span).group(1)) / 1e6  # type: ignore[union-attr]
+    fig["timeout_stop_s"] = limit_s
+    assert fig["stop_s"] < limit_s, fig
+    assert fig["left_in_cgroup"] == [], fig
+
+
 # ---- 8. idle sleep, and the requests that wake it (-k idle) ----------------------------------
 IDLE_AFTER_S = 20
 IDLE_TTFT_TARGET_S = 0.35  # issue 24: wake + warmup + first token, as the client sees it

@@ -148,17 +148,14 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
         return out
 
     tasks: list[asyncio.Task[None]] = []
-    transport: asyncio.BaseTransport | None = None
+    activity: Activity | None = None
     server = await asyncio.start_unix_server(
         handler(hold, state), sock=_bind(cfg.socket, socket.SOCK_STREAM), limit=HEAD_LIMIT
     )
     try:
         if idle is not None and cfg.activity_socket is not None:
             dgram = _bind(cfg.activity_socket, socket.SOCK_DGRAM)
-            watch = idle
-            transport, _ = await loop.create_datagram_endpoint(
-                lambda: Activity(watch.activity), sock=dgram
-            )
+            activity = Activity(dgram, idle.activity, idle.pause)
             tasks.append(asyncio.create_task(idle.run()))
         tasks.append(asyncio.create_task(metrics.writer()))
         idle_text = f"idle sleep after {cfg.idle_after:g} s" if idle else "no idle sleep"
@@ -171,8 +168,8 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
     finally:
         hold.shutdown()
         server.close()
-        if transport is not None:
-            transport.close()
+        if activity is not None:
+            activity.close()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

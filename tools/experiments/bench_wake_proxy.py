@@ -15,6 +15,8 @@ finished /v1/ request (and the waker's handling of it); nothing passes through t
   in turn (the order rotating), so a drift of the machine hits all alike; p50 per proxy.
 - throughput: C client processes streaming completions for S seconds, one proxy after the other,
   the order rotating each round; completed requests per second, median over the rounds.
+- the proxy's CPU per request during the TTFT phase: its nginx worker's user + system time, and
+  its waker's, from /proc (clock ticks: 10 ms each): what the machine's other load blurs least.
 
 python tools/experiments/bench_wake_proxy.py --rounds 10 --out wake-proxy.json
 Prints a table and writes the raw results as JSON. Not a test: figures depend on the machine.
@@ -65,9 +67,34 @@ def start_double(port: int) -> subprocess.Popen[bytes]:
     sys.exit("the vLLM double did not start")
 
 
-def proxies(upstream: int, root: Path, nginx: str) -> tuple[dict[str, int], list[Any]]:
-    """{mode: port} and what to stop."""
-    ports, stop = {}, []
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far (/proc/PID/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def workers(master: int) -> list[int]:
+    """nginx's worker processes (children of its master)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == master:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def proxies(
+    upstream: int, root: Path, nginx: str
+) -> tuple[dict[str, int], list[Any], dict[str, list[int]]]:
+    """{mode: port}, what to stop, {mode: the proxy's processes (nginx's workers, the waker)}."""
+    ports, stop, pids = {}, [], {}
     for mode in MODES:
         port = free_port()
         gate = GateFiles(root / mode / "gate")
@@ -78,10 +105,14 @@ def proxies(upstream: int, root: Path, nginx: str) -> tuple[dict[str, int], list
         if mode == "on-no-idle":  # a window that wakes on request: no activity log
             window = {"name": "n", "sleep": "0 20 * * *", "wake": "0 7 * * *"}
             instance |= {"windows": [{**window, "on_request": "wake"}]}
+        pids[mode] = []
         if mode.startswith("on"):
             target, log = f"127.0.0.1:{upstream}", root / f"{mode}.log"
             idle = 3600 if mode == "on" else 0
-            stop.append(Waker(gate, target, log, idle_after=idle).start())
+            waker = Waker(gate, target, log, idle_after=idle).start()
+            stop.append(waker)
+            assert waker.proc is not None
+            pids[f"{mode} waker"] = [waker.proc.pid]
         host = {
             "vllm_proxy_enabled": True,
             "vllm_proxy_gate_dir": str(gate.dir),
@@ -89,9 +120,12 @@ def proxies(upstream: int, root: Path, nginx: str) -> tuple[dict[str, int], list
             "vllm_proxy_access_log": str(root / mode / "nginx" / "access.log"),
         }
         files = render_proxy(instance, host)
-        stop.append(Nginx(nginx, root / mode / "nginx", files).start(port))
+        proxy = Nginx(nginx, root / mode / "nginx", files).start(port)
+        stop.append(proxy)
+        assert proxy.proc is not None
+        pids[mode] += workers(proxy.proc.pid)
         ports[mode] = port
-    return ports, stop
+    return ports, stop, pids
 
 
 def _client(port: int) -> Any:
@@ -153,10 +187,17 @@ def main() -> int:
     double = start_double(upstream)
     try:
         with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.clients) as pool:
-            ports, stop = proxies(upstream, Path(tmp), nginx)
+            ports, stop, pids = proxies(upstream, Path(tmp), nginx)
             try:
                 ttfts(ports, 20, args.max_tokens)  # warm: connections, nginx's workers
+                before = {key: cpu_seconds(p) for key, p in pids.items()}
                 ttft = ttfts(ports, args.requests, args.max_tokens)
+                # the proxy's own CPU per request (nginx's worker, and the waker): what the
+                # machine's other load does not blur
+                cpu_us = {
+                    key: (cpu_seconds(p) - before[key]) / args.requests * 1e6
+                    for key, p in pids.items()
+                }
                 for rnd in range(args.rounds):
                     order = MODES[rnd % len(MODES) :] + MODES[: rnd % len(MODES)]
                     for mode in order:
@@ -176,6 +217,8 @@ def main() -> int:
             "requests": len(ttft[mode]),
             "rps_median": statistics.median(rps[mode]),
             "rps_rounds": rps[mode],
+            "nginx_cpu_us_per_request": cpu_us[mode],
+            "waker_cpu_us_per_request": cpu_us.get(f"{mode} waker"),
         }
         for mode in MODES
     }
@@ -190,11 +233,15 @@ def main() -> int:
             "ttft_p50_us": (b["ttft_p50_ms"] - a["ttft_p50_ms"]) * 1000,
             "ttft_paired_median_us": paired * 1e6,
             "rps_pct": (b["rps_median"] / a["rps_median"] - 1) * 100,
+            # each round's phases ran one after the other: the median of their ratios
+            "rps_paired_median_pct": statistics.median(
+                (y / x - 1) * 100 for x, y in zip(rps["off"], rps[mode], strict=True)
+            ),
         }
 
     delta = {mode: versus(mode) for mode in MODES[1:]}
-    print(f"{'proxy':<12} {'TTFT p50':>10} {'TTFT p90':>10} {'req/s':>8}   "
-          "vs off: TTFT p50 (paired median difference), req/s")  # fmt: skip
+    print(f"{'proxy':<12} {'TTFT p50':>10} {'TTFT p90':>10} {'req/s':>8} {'nginx CPU':>10} "
+          f"{'waker CPU':>10}   vs off: TTFT p50 (paired median difference), req/s")  # fmt: skip
     for mode in MODES:
         s, d = summary[mode], delta.get(mode)
         vs = (
@@ -202,8 +249,11 @@ def main() -> int:
             if d
             else ""
         )
+        waker = s["waker_cpu_us_per_request"]
+        waker_text = f"{waker:>7.1f} us" if waker is not None else f"{'-':>10}"
         print(f"{mode:<12} {s['ttft_p50_ms']:>7.3f} ms {s['ttft_p90_ms']:>7.3f} ms "
-              f"{s['rps_median']:>8.1f}   {vs}")  # fmt: skip
+              f"{s['rps_median']:>8.1f} {s['nginx_cpu_us_per_request']:>7.1f} us "
+              f"{waker_text}   {vs}")  # fmt: skip
     if args.out:
         raw = {
             "what": "nginx -> vLLM double, wake_on_request off vs on (awake instance), "

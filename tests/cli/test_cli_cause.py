@@ -126,3 +126,40 @@ def test_status_of_an_instance_asleep_the_cpu_way_is_no_error(run, tmp_path: Pat
     result = run("status", f"127.0.0.1:{port}", "--gate-dir", str(tmp_path), "--instance", "tiny")
     assert result.exit_code == 0, result.output
     assert "asleep (stopped)" in result.stdout and "(idle; a request wakes it)" in result.stdout
+
+
+def test_one_sleep_or_wake_of_an_instance_at_a_time(
+    vllm_double: VllmDouble, tmp_path: Path
+) -> None:
+    """A wake asked while the instance's sleep still runs (a request during an idle sleep's
+    drain) waits for it: it then finds the server asleep and wakes it, instead of opening the
+    gate of a server the sleep is about to put to sleep."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+
+    from tests.double import wait_until
+
+    wakeable = tmp_path / "tiny.wakeable"
+    wakeable.write_text("sleep cause=idle\n")
+    lock = os.open(tmp_path / ".tiny.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # a sleep of tiny runs
+    warmctl = str(Path(sys.executable).parent / "warmctl")
+    wake = subprocess.Popen(
+        [warmctl, "wake", vllm_double.address, "--gate", str(wakeable), "--no-warmup"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert wake.stderr is not None
+        said = wake.stderr.readline()
+        assert "waiting for another sleep or wake of this instance" in said, said
+        vllm_double.put_to_sleep(1)  # the sleep ends: asleep
+        assert wakeable.exists() and vllm_double.counters.wakes == []
+    finally:
+        os.close(lock)
+    out, err = wake.communicate(timeout=60)
+    assert wake.returncode == 0, out + err
+    wait_until(lambda: not wakeable.exists(), "the gate opened")
+    assert vllm_double.counters.wakes == [()] and not vllm_double.is_sleeping
+    assert "awake after level 1" in out

@@ -93,9 +93,15 @@ def command(
 
     def body() -> int:
         from warmctl.client import Client
-        from warmctl.gate import behind_closed_gate, drain_only_report, gate_for, sleep_reason
+        from warmctl.gate import (
+            behind_closed_gate,
+            drain_only_report,
+            gate_for,
+            instance_lock,
+            sleep_reason,
+        )
         from warmctl.options import check_instance_name, write_metrics
-        from warmctl.output import report_hosts
+        from warmctl.output import info_line, report_hosts
         from warmctl.outputcheck import recorder
         from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, SleepReport, sleep
         from warmctl.waits import board, say_of
@@ -127,7 +133,10 @@ def command(
         reason = sleep_reason(cause, None if drain_only else level)
 
         def guarded(t: Target, say: Callable[[str], None] | None) -> SleepReport:
-            return behind_closed_gate(gate, lambda: one(t, say), reason) if gate else one(t, say)
+            if gate is None:
+                return one(t, say)
+            with instance_lock([gate], lambda text: info_line(f"{t.label}: {text}", True)):
+                return behind_closed_gate(gate, lambda: one(t, say), reason)
 
         with board(not as_json) as track:
             results = per_host(targets, lambda t: guarded(t, say_of(track(t.label))))

@@ -110,8 +110,9 @@ def command(
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
         kwargs["light"] = not (full_warmup or "batch_sizes" in kwargs)
-        from warmctl.gate import gates_for, open_after
+        from warmctl.gate import gates_for, instance_lock, open_after
         from warmctl.options import check_instance_name, write_metrics
+        from warmctl.output import info_line
 
         targets = resolve_targets(hosts)
         check_instance_name(instance_name, targets)
@@ -138,7 +139,12 @@ def command(
             )
 
         with progress_display(not as_json) as make:
-            results = per_host(targets, lambda t: open_after(gates, lambda: one(t, make(t.label))))
+
+            def locked(t: Target) -> WakeReport:
+                with instance_lock(gates, lambda text: info_line(f"{t.label}: {text}", True)):
+                    return open_after(gates, lambda: one(t, make(t.label)))
+
+            results = per_host(targets, locked)
         metrics_code = write_metrics(
             textfile_dir, instance_name, "wake", targets, results, cause=cause
         )

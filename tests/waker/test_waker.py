@@ -336,3 +336,18 @@ def test_a_second_waker_for_the_same_instance_is_refused(
     result = run(*waker_argv(gate, "127.0.0.1:8000")[1:])
     assert result.exit_code == 2 and "another process listens" in result.stderr
     assert gate.socket.exists()  # the first one's socket is left alone
+
+
+def test_it_tells_systemd_it_is_ready(gate: GateFiles, tmp_path: Path) -> None:
+    """Type=notify: READY=1 once both sockets are bound (nginx may ask from then on)."""
+    notify = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(str(notify))
+        listener.settimeout(30)
+        waker = Waker(gate, "127.0.0.1:9", tmp_path / "w.log", env={"NOTIFY_SOCKET": str(notify)},
+                      idle_after=60).start()  # fmt: skip
+        try:
+            assert listener.recv(64) == b"READY=1"
+            assert gate.socket.exists() and gate.activity.exists()
+        finally:
+            waker.stop()

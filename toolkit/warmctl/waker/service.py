@@ -63,14 +63,14 @@ def check(cfg: WakerConfig) -> None:
     sockets = [(cfg.socket, socket.SOCK_STREAM, "--socket")]
     if cfg.activity_socket is not None:
         sockets.append((cfg.activity_socket, socket.SOCK_DGRAM, "--activity-socket"))
-    files = [p for p in cfg.flags.paths()] + [s for s, _, _ in sockets]
+    files = cfg.flags.paths() + [s for s, _, _ in sockets]
     if len({p.resolve() for p in files}) != len(files):
         problems.append("the flag, request and socket paths must all differ")
+    missing = sorted({str(p.parent) for p in files if not p.parent.is_dir()})
+    problems += [f"folder {folder} does not exist" for folder in missing]
     for path in files:
         if not path.name or path.name in (".", ".."):
             problems.append(f"{path}: not a file name")
-        elif not path.parent.is_dir():
-            problems.append(f"{path}: its folder {path.parent} does not exist")
         elif path.is_dir():
             problems.append(f"{path}: is a folder")
     for path, kind, option in sockets:

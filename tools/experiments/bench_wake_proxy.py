@@ -266,9 +266,9 @@ def main() -> int:
             "args": {k: str(v) for k, v in vars(args).items()},
             "summary": summary,
             "delta_vs_off": delta,
-            "ttft_s": ttft,
+            "ttft_us": {mode: [round(s * 1e6) for s in samples] for mode, samples in ttft.items()},
         }
-        args.out.write_text(json.dumps(raw, indent=2) + "\n")
+        args.out.write_text(json.dumps(raw) + "\n")  # one line: 4 x N samples
     return 0
 
 

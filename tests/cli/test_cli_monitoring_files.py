@@ -19,8 +19,10 @@ import yaml
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 from tests.double import VllmDouble
+from tests.waker.support import GateFiles, Held, Waker
 
 from warmctl.textfile import METRICS
+from warmctl.waker.metrics import METRICS as WAKER_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "docs" / "monitoring"
@@ -38,6 +40,16 @@ VLLM_METRICS = {
     "vllm:engine_sleep_state",
 }
 NAME = re.compile(r"\b(warmctl_[a-z0-9_]+|vllm:[a-z0-9_:]+)")
+# the waker's series (its histogram's as _bucket/_sum/_count)
+WAKER_SERIES = {
+    f"{name}{part}"
+    for name in WAKER_METRICS
+    for part in (
+        ("_bucket", "_sum", "_count")
+        if name.endswith("_seconds") and "timestamp" not in name
+        else ("",)
+    )
+}
 
 
 def _warmctl(*args: str) -> int:
@@ -79,8 +91,35 @@ def textfiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
         srv.config.extra_waiting = 0
         srv.config.first_ttft, srv.first_pending = 0.3, True  # 300 ms first vs 10 ms: FAIL
         assert _warmctl("verify", a, *tf, "--instance", "slow") == 1
+        # asleep by idle sleep (the waker's, not a window's nor a person's)
+        assert _warmctl("sleep", a, "--cause", "idle", *tf, "--instance", "idle-asleep") == 0
     assert _warmctl("verify", f"127.0.0.1:{_free_port()}", *tf, "--instance", "down") == 2
+    _waker_files(folder, tmp_path_factory.mktemp("gates"))
     return folder
+
+
+def _waker_files(folder: Path, gates: Path) -> None:
+    """What two wakers write: one woke the requests it held, one whose wake failed and whose
+    later request waited past the hold."""
+    for name, hold in (("woken", 60.0), ("unwakeable", 0.3)):
+        gate = GateFiles(gates / name, name)
+        gate.dir.mkdir()
+        waker = Waker(gate, "127.0.0.1:9", gates / f"{name}.log", hold=hold,
+                      failed_backoff=0, textfile_dir=folder).start()  # fmt: skip
+        try:
+            gate.wakeable.write_text("asleep\n")
+            if name == "woken":
+                held = Held(waker.hold).start(2, waker.wait_holding)
+                gate.wakeable.unlink()
+            else:
+                held = Held(waker.hold).start(1, waker.wait_holding)
+                gate.wake_request.unlink()  # the wake service ended, still asleep: failed
+                assert [a[:2] for a in held.join()] == [(403, "failed")]
+                held = Held(waker.hold)  # the next request waits past --hold
+                assert waker.hold()[:2] == (403, "timeout")
+            held.join()
+        finally:
+            assert waker.stop() == 0  # its last write
 
 
 def written_names(folder: Path) -> set[str]:
@@ -118,7 +157,7 @@ def promtool() -> str:
 
 def test_every_metric_the_dashboard_and_rules_query_is_written(textfiles: Path) -> None:
     written = written_names(textfiles)
-    assert written <= set(METRICS)
+    assert written <= set(METRICS) | WAKER_SERIES, written - set(METRICS) - WAKER_SERIES
     queried = {n for e in dashboard_exprs() + rule_exprs() for n in NAME.findall(e)}
     ours = {n for n in queried if n.startswith("warmctl_")}
     theirs = {re.sub(r"_(bucket|sum|count)$", "", n) for n in queried - ours}
@@ -170,7 +209,10 @@ def _series(folder: Path, wake_at: float) -> list[dict[str, str]]:
             for s in family.samples:
                 labels = ", ".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
                 value = wake_at if s.name.endswith("next_wake_timestamp_seconds") else s.value
-                out.append({"series": f"{s.name}{{{labels}}}", "values": f"{value:g}x40"})
+                values = f"{value:g}x40"
+                if s.name.startswith("warmctl_waker_") and s.name.endswith("_total"):
+                    values = f"0x5 {value:g}x35"  # what the waker counted, 5 minutes in
+                out.append({"series": f"{s.name}{{{labels}}}", "values": values})
     return out
 
 
@@ -225,10 +267,22 @@ def test_alerts_fire_on_the_written_metrics(promtool: str, textfiles: Path, tmp_
                         {**warn, "host": host, "vllm_instance": "stuck", "command": "sleep"},
                     ),
                     case("WarmctlAsleepOutsideWindow", "20m"),  # not for 30 minutes yet
-                    case(
+                    case(  # idle-asleep: the waker's idle sleep, not a sleep by hand
                         "WarmctlAsleepOutsideWindow",
                         "35m",
                         {**warn, "host": host, "vllm_instance": "manual", "state": "asleep"},
+                    ),
+                    case("WarmctlWakeOnRequestFailed", "4m"),  # nothing failed yet
+                    case(
+                        "WarmctlWakeOnRequestFailed",
+                        "10m",
+                        {**page, "host": host, "vllm_instance": "unwakeable"},
+                    ),
+                    case("WarmctlWakeOnRequestFailed", "35m"),  # over: nothing failed since
+                    case(
+                        "WarmctlWakeOnRequestSlow",
+                        "10m",
+                        {**warn, "host": host, "vllm_instance": "unwakeable"},
                     ),
                 ],
             }
@@ -242,5 +296,5 @@ def test_alerts_fire_on_the_written_metrics(promtool: str, textfiles: Path, tmp_
 
 def test_monitoring_doc_lists_every_metric() -> None:
     text = DOC.read_text()
-    missing = [name for name in METRICS if f"`{name}`" not in text]
+    missing = [name for name in [*METRICS, *WAKER_METRICS] if f"`{name}`" not in text]
     assert not missing, missing

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -88,7 +89,7 @@ def waker_argv(files: GateFiles, target: str, **options: Any) -> list[str]:
                  str(files.activity), "--sleep-request", str(files.sleep_request)]  # fmt: skip
     if options.get("wake_here"):
         argv += ["--wake-here"]
-    for key in ("hold", "failed_backoff", "textfile_dir", "lock", "output_check"):
+    for key in ("hold", "failed_backoff", "textfile_dir", "output_check"):
         if options.get(key) is not None:
             argv += [f"--{key.replace('_', '-')}", str(options[key])]
     return argv
@@ -97,14 +98,22 @@ def waker_argv(files: GateFiles, target: str, **options: Any) -> list[str]:
 class Waker:
     """A running `warmctl waker`; its output is kept in `log_path`."""
 
-    def __init__(self, files: GateFiles, target: str, log_path: Path, **options: Any) -> None:
-        self.files, self.log_path = files, log_path
+    def __init__(
+        self,
+        files: GateFiles,
+        target: str,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        **options: Any,
+    ) -> None:
+        self.files, self.log_path, self.env = files, log_path, env
         self.argv = waker_argv(files, target, **options)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Waker:
+        env = {**os.environ, **(self.env or {})}
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 30
         while True:
             try:

@@ -338,6 +338,21 @@ def test_a_second_waker_for_the_same_instance_is_refused(
     assert gate.socket.exists()  # the first one's socket is left alone
 
 
+def test_it_tells_systemd_it_is_ready(gate: GateFiles, tmp_path: Path) -> None:
+    """Type=notify: READY=1 once both sockets are bound (nginx may ask from then on)."""
+    notify = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(str(notify))
+        listener.settimeout(30)
+        waker = Waker(gate, "127.0.0.1:9", tmp_path / "w.log", env={"NOTIFY_SOCKET": str(notify)},
+                      idle_after=60).start()  # fmt: skip
+        try:
+            assert listener.recv(64) == b"READY=1"
+            assert gate.socket.exists() and gate.activity.exists()
+        finally:
+            waker.stop()
+
+
 def test_wake_here_wakes_a_sleep_mode_engine_itself(
     start_waker: Callable[..., Waker], gate: GateFiles, vllm_double: VllmDouble
 ) -> None:
@@ -346,8 +361,7 @@ def test_wake_here_wakes_a_sleep_mode_engine_itself(
     and removed around it, the held requests released."""
     vllm_double.put_to_sleep(1)
     gate.wakeable.write_text("sleep cause=idle level=1\n")
-    waker = start_waker(f"127.0.0.1:{vllm_double.port}", hold=60, wake_here=True,
-                        lock=gate.path("lock"))  # fmt: skip
+    waker = start_waker(f"127.0.0.1:{vllm_double.port}", hold=60, wake_here=True)
     answers = Held(waker.hold).start(4, lambda n: None).join()
     assert sorted(a[:2] for a in answers) == [(204, "woke")] * 4, waker.log()
     assert not vllm_double.is_sleeping
@@ -363,13 +377,12 @@ def test_wake_here_waits_for_a_sleep_that_holds_the_lock(
     for the sleep, then wakes the engine the sleep put to sleep, never the other way round."""
     import fcntl
 
-    lock = gate.path("lock")
+    lock = gate.dir / f".{gate.name}.lock"  # warmctl.gate.lock_path: the instance's lock
     gate.wakeable.write_text("sleep cause=idle level=1\n")
     fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)  # the idle sleep's `warmctl sleep --lock`, still draining
+    fcntl.flock(fd, fcntl.LOCK_EX)  # the idle sleep's `warmctl sleep --gate`, still draining
     try:
-        waker = start_waker(f"127.0.0.1:{vllm_double.port}", hold=60, wake_here=True,
-                            lock=lock)  # fmt: skip
+        waker = start_waker(f"127.0.0.1:{vllm_double.port}", hold=60, wake_here=True)
         held = Held(waker.hold).start(2, waker.wait_holding)
         wait_until(lambda: "another sleep or wake" in waker.log(), "the wake waiting for the lock")
         assert held.answers == [] and gate.wakeable.exists()

@@ -27,7 +27,6 @@ collection's `warmctl.vllm.vllm_instance_facts` filter, once per host in vllm_pr
     wakeable, wake_request, sleep_request, waker_socket, activity_socket   the wake-on-request
               files in the gate folder: asleep-and-wakeable flag, the waker's two asks to systemd
               (path units), its HTTP socket (nginx's auth_request) and the access-log socket
-    lock      held by each sleep and wake of the instance (GPU): one at a time
     outputs   the answers a GPU sleep records and its wake replays (the output check)
     triggers  the idle sleep and the request wake, shaped like windows (one action each), with
               their path and service units
@@ -106,7 +105,6 @@ class InstanceFacts:
     sleep_request: str  # ... for an idle sleep (vllm-NAME-sleep-idle.path)
     waker_socket: str
     activity_socket: str
-    lock: str
     outputs: str
     waker_unit: str  # "" without wake on request and idle sleep
     triggers: tuple[dict[str, Any], ...]
@@ -272,9 +270,6 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "sleep_request": f"{gate_dir}/{name}.sleep-request",
         "waker_socket": f"{gate_dir}/{name}.waker.sock",
         "activity_socket": f"{gate_dir}/{name}.activity.sock",
-        # held by every sleep and wake of the instance for its whole run (warmctl sleep/wake
-        # --lock): a wake asked while a sleep drains waits for it, and the other way round
-        "lock": f"{gate_dir}/{name}.lock",
         # the greedy answers a sleep records and a wake replays (vllm_schedule_output_check)
         "outputs": f"/var/lib/warmctl/{name}.outputs.json",
     }

@@ -18,14 +18,22 @@ with a 503 (so a load balancer moves on) and `/v1/*` answers with 503 + `Retry-A
 
 A flag's text says why and when it was closed (`sleep cause=idle at 2026-12-04T14:02:11+0000`);
 `warmctl status --gate-dir` reads it back (`read_flag`).
+
+One sleep or wake of an instance at a time: `warmctl sleep/wake --gate` hold `.NAME.lock` in the
+gate folder (`instance_lock`) from before the gate closes to after it opens. A request that
+reaches an instance while its idle sleep still drains asks for a wake at once (the waker); that
+wake then waits for the sleep to end, finds the server asleep and wakes it, instead of finding
+it awake, opening the gate and letting requests reach the engine the sleep then puts to sleep.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -125,6 +133,39 @@ def gates_for(paths: Sequence[str], targets: Sequence[object]) -> list[Gate]:
             kind="input",
         )
     return [Gate(p) for p in paths]
+
+
+def lock_path(gate: Gate) -> Path:
+    """`.NAME.lock` beside the gate's flag `NAME.<state>`: one per instance."""
+    return gate.path.with_name(f".{gate.path.name.split('.', 1)[0]}.lock")
+
+
+@contextlib.contextmanager
+def instance_lock(
+    gates: Sequence[Gate], on_wait: Callable[[str], None] | None = None
+) -> Iterator[None]:
+    """Hold the instance's sleep/wake lock (nothing without a gate). Another sleep or wake of it
+    running: `on_wait` is told, then this waits for it (a unit's start timeout bounds it)."""
+    if not gates:
+        yield
+        return
+    path = lock_path(gates[0])
+    try:
+        # read-only is enough for flock: a lock file another user created (root's units, the
+        # vllm user's) still locks
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise gates[0]._error("lock", exc) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait(f"waiting for another sleep or wake of this instance to end ({path})")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def sleep_reason(cause: str, level: int | None = None) -> str:

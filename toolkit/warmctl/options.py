@@ -84,18 +84,6 @@ def cause_option(action: str) -> Callable[[F], F]:
     )
 
 
-def lock_option(action: str) -> Callable[[F], F]:
-    """--lock of sleep and wake: one sleep or wake of an instance at a time (warmctl.oplock)."""
-    return click.option(
-        "--lock",
-        "lock_path",
-        metavar="FILE",
-        help=f"Hold an exclusive lock on FILE for the whole {action} (created if missing): a "
-        "sleep and a wake of one instance never overlap, the later one waits (the window "
-        "services, the idle sleep and the waker's wake on request pass the same file).",
-    )
-
-
 def textfile_options(fn: F) -> F:
     """--textfile-dir and --instance: the Prometheus textfile of each instance."""
     opts = [

@@ -87,9 +87,10 @@ def warning_line(message: str) -> None:
     _line(sys.stderr, WARNING, f"warmctl: warning: {message}")
 
 
-def info_line(message: str) -> None:
-    """One line of a long-running command's log (the waker), priority info under journald."""
-    _line(sys.stdout, INFO, f"warmctl: {message}")
+def info_line(message: str, stderr: bool = False) -> None:
+    """One line of a long-running command's log (the waker), or a note of a command whose
+    stdout is its result (`stderr`); priority info under journald."""
+    _line(sys.stderr if stderr else sys.stdout, INFO, f"warmctl: {message}")
 
 
 def ms(seconds: float | None, digits: int = 1) -> str:

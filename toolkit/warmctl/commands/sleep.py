@@ -14,7 +14,6 @@ from warmctl.options import (
     drain_timeout_option,
     guard,
     host_options,
-    lock_option,
     per_host,
     resolve_targets,
     textfile_options,
@@ -64,7 +63,6 @@ from warmctl.target import Target
     "a wake that did not happen (the window services pass it).",
 )
 @cause_option("sleep")
-@lock_option("sleep")
 @textfile_options
 def command(
     hosts: tuple[str, ...],
@@ -78,7 +76,6 @@ def command(
     check_file: str | None,
     next_wake: str | None,
     cause: str,
-    lock_path: str | None,
     textfile_dir: str | None,
     instance_name: str | None,
 ) -> None:
@@ -96,8 +93,13 @@ def command(
 
     def body() -> int:
         from warmctl.client import Client
-        from warmctl.gate import behind_closed_gate, drain_only_report, gate_for, sleep_reason
-        from warmctl.oplock import held
+        from warmctl.gate import (
+            behind_closed_gate,
+            drain_only_report,
+            gate_for,
+            instance_lock,
+            sleep_reason,
+        )
         from warmctl.options import check_instance_name, write_metrics
         from warmctl.output import info_line, report_hosts
         from warmctl.outputcheck import recorder
@@ -131,9 +133,12 @@ def command(
         reason = sleep_reason(cause, None if drain_only else level)
 
         def guarded(t: Target, say: Callable[[str], None] | None) -> SleepReport:
-            return behind_closed_gate(gate, lambda: one(t, say), reason) if gate else one(t, say)
+            if gate is None:
+                return one(t, say)
+            with instance_lock([gate], lambda text: info_line(f"{t.label}: {text}", True)):
+                return behind_closed_gate(gate, lambda: one(t, say), reason)
 
-        with board(not as_json) as track, held(lock_path, info_line):
+        with board(not as_json) as track:
             results = per_host(targets, lambda t: guarded(t, say_of(track(t.label))))
         metrics_code = write_metrics(
             textfile_dir, instance_name, "sleep", targets, results, next_wake=wake_at, cause=cause

@@ -12,7 +12,6 @@ from warmctl.options import (
     cause_option,
     guard,
     host_options,
-    lock_option,
     per_host,
     resolve_targets,
     textfile_options,
@@ -71,7 +70,6 @@ if TYPE_CHECKING:
     help="Largest logprob difference accepted on an equal token.",
 )
 @cause_option("wake")
-@lock_option("wake")
 @warmup_options
 @textfile_options
 def command(
@@ -86,7 +84,6 @@ def command(
     check_file: str | None,
     output_tolerance: float,
     cause: str,
-    lock_path: str | None,
     textfile_dir: str | None,
     instance_name: str | None,
     **options: object,
@@ -113,8 +110,7 @@ def command(
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
         kwargs["light"] = not (full_warmup or "batch_sizes" in kwargs)
-        from warmctl.gate import gates_for, open_after
-        from warmctl.oplock import held
+        from warmctl.gate import gates_for, instance_lock, open_after
         from warmctl.options import check_instance_name, write_metrics
         from warmctl.output import info_line
 
@@ -142,8 +138,13 @@ def command(
                 check=check,
             )
 
-        with progress_display(not as_json) as make, held(lock_path, info_line):
-            results = per_host(targets, lambda t: open_after(gates, lambda: one(t, make(t.label))))
+        with progress_display(not as_json) as make:
+
+            def locked(t: Target) -> WakeReport:
+                with instance_lock(gates, lambda text: info_line(f"{t.label}: {text}", True)):
+                    return open_after(gates, lambda: one(t, make(t.label)))
+
+            results = per_host(targets, locked)
         metrics_code = write_metrics(
             textfile_dir, instance_name, "wake", targets, results, cause=cause
         )

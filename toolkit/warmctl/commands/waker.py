@@ -98,7 +98,8 @@ from warmctl.options import guard, textfile_options
     is_flag=True,
     help="The instance sleeps in vLLM's sleep mode (GPU): wake it from this process, as "
     "`warmctl wake TARGET --gate CLOSED --gate WAKEABLE --cause request` would (with "
-    "--output-check, --lock and the textfile options), instead of leaving the wake to systemd "
+    "--output-check and the textfile options; the gate's lock keeps it from overlapping a "
+    "sleep), instead of leaving the wake to systemd "
     "(a CPU host's wake is a start of the unit).",
 )
 @click.option(
@@ -106,12 +107,6 @@ from warmctl.options import guard, textfile_options
     "check_file",
     metavar="FILE",
     help="With --wake-here: the answers recorded at the sleep, replayed before the gate opens.",
-)
-@click.option(
-    "--lock",
-    "lock_path",
-    metavar="FILE",
-    help="With --wake-here: the instance's sleep/wake lock (GATE_DIR/NAME.lock).",
 )
 @textfile_options
 def command(
@@ -129,7 +124,6 @@ def command(
     failed_backoff: float,
     wake_here: bool,
     check_file: str | None,
-    lock_path: str | None,
     textfile_dir: str | None,
     instance_name: str | None,
 ) -> None:
@@ -175,11 +169,10 @@ def command(
         if wake_here:
             wake_argv = ["wake", target, "--gate", closed, "--gate", wakeable, "--cause", "request"]
             wake_argv += ["--output-check", check_file] if check_file else []
-            wake_argv += ["--lock", lock_path] if lock_path else []
             wake_argv += ["--textfile-dir", textfile_dir] if textfile_dir else []
             wake_argv += ["--instance", instance_name] if instance_name else []
-        elif check_file or lock_path:
-            raise WarmctlError("--output-check and --lock go with --wake-here", kind="input")
+        elif check_file:
+            raise WarmctlError("--output-check goes with --wake-here", kind="input")
         cfg = WakerConfig(
             name=instance_name or parsed.label,
             socket=Path(socket_path),

@@ -28,10 +28,6 @@ class Flags:
         busy = [self.wakeable, self.closed, self.warming, self.draining, self.sleep_request]
         return not any(p is not None and p.exists() for p in busy)
 
-    def releasable(self) -> bool:
-        """A held request may go to vLLM: neither asleep (either way) nor warming."""
-        return not any(p.exists() for p in (self.wakeable, self.closed, self.warming))
-
 
 def ask(path: Path, what: str) -> bool:
     """Create the request file `path` unless it exists; True when this call created it.

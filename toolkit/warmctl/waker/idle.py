@@ -22,6 +22,7 @@ that comes in the moment the sleep is asked for is drained, not cut.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Callable
 
@@ -31,14 +32,43 @@ from warmctl.waker.flags import Flags, ask
 from warmctl.waker.metrics import WakerMetrics
 
 
-class Activity(asyncio.DatagramProtocol):
-    """The activity socket: every datagram is one request the proxy passed to vLLM."""
+class Activity:
+    """The activity socket: every datagram is one request the proxy passed to vLLM.
 
-    def __init__(self, on_activity: Callable[[], None]) -> None:
-        self.on_activity = on_activity
+    Read in bursts: once it is readable, every datagram waiting is read, the activity noted
+    once, and the socket left alone for `pause` seconds. A busy instance then costs the waker a
+    few wake-ups a second, not one per request (its CPU is the engine's host's); what the kernel
+    drops meanwhile (a full queue: net.unix.max_dgram_qlen) only tells what is already known,
+    and nginx drops it without a word (its syslog socket is non-blocking)."""
 
-    def datagram_received(self, data: bytes, addr: object) -> None:
-        self.on_activity()
+    def __init__(
+        self, sock: socket.socket, on_activity: Callable[[int], None], pause: float
+    ) -> None:
+        self.sock, self.on_activity, self.pause = sock, on_activity, pause
+        self.loop = asyncio.get_running_loop()
+        self._later: asyncio.TimerHandle | None = None
+        self.loop.add_reader(sock.fileno(), self._ready)
+
+    def _ready(self) -> None:
+        count = 0
+        while True:
+            try:
+                self.sock.recv(65536)
+            except OSError:  # BlockingIOError: nothing more waiting
+                break
+            count += 1
+        if count:
+            self.on_activity(count)
+        self.loop.remove_reader(self.sock.fileno())
+        self._later = self.loop.call_later(
+            self.pause, self.loop.add_reader, self.sock.fileno(), self._ready
+        )
+
+    def close(self) -> None:
+        if self._later is not None:
+            self._later.cancel()
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
 
 
 class IdleWatch:
@@ -57,16 +87,18 @@ class IdleWatch:
         self.metrics, self.clock = metrics, clock
         self.sleep_request = flags.sleep_request
         self.last = clock()  # the last activity (or when the instance became awake)
-        self.activities = 0  # datagrams received
+        self.activities = 0  # datagrams read
         self.asleep = False  # not awake at the last look
         self.load_problem: str | None = None  # why /load did not answer (said once)
         # how often the flags are looked at: a wake is seen within a second (a tenth of a
         # short idle_after), so the idle clock starts again from it
         self.interval = min(1.0, max(0.02, idle_after / 10))
+        # how long the activity socket is left alone after a read (Activity)
+        self.pause = min(0.25, idle_after / 20)
 
-    def activity(self) -> None:
+    def activity(self, count: int = 1) -> None:
         self.last = self.clock()
-        self.activities += 1
+        self.activities += count
         self.metrics.activity()
 
     async def run(self) -> None:

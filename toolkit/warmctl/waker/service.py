@@ -64,14 +64,14 @@ def check(cfg: WakerConfig) -> None:
     sockets = [(cfg.socket, socket.SOCK_STREAM, "--socket")]
     if cfg.activity_socket is not None:
         sockets.append((cfg.activity_socket, socket.SOCK_DGRAM, "--activity-socket"))
-    files = [p for p in cfg.flags.paths()] + [s for s, _, _ in sockets]
+    files = cfg.flags.paths() + [s for s, _, _ in sockets]
     if len({p.resolve() for p in files}) != len(files):
         problems.append("the flag, request and socket paths must all differ")
+    missing = sorted({str(p.parent) for p in files if not p.parent.is_dir()})
+    problems += [f"folder {folder} does not exist" for folder in missing]
     for path in files:
         if not path.name or path.name in (".", ".."):
             problems.append(f"{path}: not a file name")
-        elif not path.parent.is_dir():
-            problems.append(f"{path}: its folder {path.parent} does not exist")
         elif path.is_dir():
             problems.append(f"{path}: is a folder")
     for path, kind, option in sockets:
@@ -155,17 +155,14 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
         return out
 
     tasks: list[asyncio.Task[None]] = []
-    transport: asyncio.BaseTransport | None = None
+    activity: Activity | None = None
     server = await asyncio.start_unix_server(
         handler(hold, state), sock=_bind(cfg.socket, socket.SOCK_STREAM), limit=HEAD_LIMIT
     )
     try:
         if idle is not None and cfg.activity_socket is not None:
             dgram = _bind(cfg.activity_socket, socket.SOCK_DGRAM)
-            watch = idle
-            transport, _ = await loop.create_datagram_endpoint(
-                lambda: Activity(watch.activity), sock=dgram
-            )
+            activity = Activity(dgram, idle.activity, idle.pause)
             tasks.append(asyncio.create_task(idle.run()))
         tasks.append(asyncio.create_task(metrics.writer()))
         idle_text = f"idle sleep after {cfg.idle_after:g} s" if idle else "no idle sleep"
@@ -178,8 +175,8 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
     finally:
         hold.shutdown()
         server.close()
-        if transport is not None:
-            transport.close()
+        if activity is not None:
+            activity.close()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -9,7 +9,8 @@ would run, `warmctl wake TARGET --gate CLOSED --gate WAKEABLE --cause request ..
 output check, light warmup, gate, metrics, journal lines), in a thread of its own process, with
 warmctl already imported. The wake-request file is created and removed around it as the path
 unit's service would, so the hold reads the outcome the same way (flag gone: woke; file gone,
-flag still there: failed). `--lock` keeps it from overlapping a sleep of the same instance.
+flag still there: failed). The gate's lock (`warmctl.gate.instance_lock`, taken by `--gate`)
+keeps it from overlapping a sleep of the same instance.
 """
 
 from __future__ import annotations

@@ -421,8 +421,7 @@ def test_9_launcher_a_dead_server_restarts_the_unit_and_a_stop_is_prompt() -> No
     left = sh(f"systemctl show -p ControlGroup --value {UNIT}").stdout.strip()
     fig["left_in_cgroup"] = sh(f"cat /sys/fs/cgroup{left}/cgroup.procs 2>/dev/null").stdout.split()
     fig["stop_journal"] = journal(UNIT).splitlines()[-6:]
-    host("systemctl", "start", UNIT, timeout=500)
-    save()
+    save()  # the unit is left stopped: this test runs last of the single-host ones
     span = sh(f"systemd-analyze timespan '{state['TimeoutStopUSec']}'").stdout
     limit_s = int(re.search(r"μs: (\d+)", span).group(1)) / 1e6  # type: ignore[union-attr]
     fig["timeout_stop_s"] = limit_s

@@ -56,6 +56,13 @@ class Checked:
     state: dict[str, Any] | None  # None: no state file (a launcher without --state-file)
     launch: vllm_launch.Launch | None  # None: no launch file (it relaunches the same argv)
 
+    @property
+    def current(self) -> bool | None:
+        """Its server runs the launch file as it is on disk (None: no file or no state)."""
+        if self.state is None or self.launch is None:
+            return None
+        return self.state.get("launch_sha256") == self.launch.digest
+
 
 def children(pid: int, proc: Path = Path("/proc")) -> tuple[int, ...]:
     """The launcher's child processes (its server), from /proc (Linux)."""

@@ -70,10 +70,11 @@ def command(
             checked = check(pid)
             state = checked.state or {}
             what = checked.files.launch_file or "the same arguments"
-            if as_json:
+            if as_json:  # what it runs now, from its state file (the role's report)
                 doc = {"target": target.label, "launcher_pid": pid, "can_relaunch": True,
                        "launch_file": checked.files.launch_file,
-                       "generation": state.get("generation")}  # fmt: skip
+                       "generation": state.get("generation"), "argv": state.get("argv"),
+                       "runs_launch_file": checked.current}  # fmt: skip
                 emit_json("relaunch", [doc], 0)
             else:
                 console().print(

@@ -123,7 +123,7 @@ def test_a_variable_the_imports_read_is_not_changed_by_a_relaunch(launch, tmp_pa
     refused = wait_state(state, 1)
     assert refused["last"] == "refused" and alive(_pid(run1))
     assert (
-        "VLLM_AT_IMPORT changed, and vLLM read it when the launcher imported it"
+        "VLLM_AT_IMPORT changed, and vLLM read it when the launcher imported vLLM"
         in (refused["reason"])
     )
     # unsetting it is a change too
@@ -155,7 +155,7 @@ def test_a_bad_launch_file_at_start_is_one_line_and_exit_2(launch, tmp_path: Pat
     lp = launch("--launch-file", str(path), "--", "-m", "fakesrv")
     assert lp.proc.wait(timeout=20) == 2
     err = lp.stderr().strip()
-    assert err.startswith(f"vllm-launch: {path}: env names 'HF_HUB_OFFLINE'") and "\n" not in err
+    assert err.startswith(f"vllm-launch: {path}: env 'HF_HUB_OFFLINE'") and "\n" not in err
 
 
 def test_the_arguments_come_from_the_file_alone(launch, tmp_path: Path) -> None:

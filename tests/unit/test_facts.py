@@ -32,8 +32,8 @@ def test_launcher_the_instance_wins_over_the_host_default():
 def test_launcher_auto_is_on_for_gpu_hosts_off_for_cpu_hosts(kind, on):
     """The role's default, auto: the launcher saves 13-16 s of imports per restart on a GPU
     host; CPU hosts keep plain units unless asked."""
-    for host in ({"vllm_preflight_device_kind": kind},
-                 {"vllm_preflight_device_kind": kind, "vllm_service_launcher": "auto"}):  # fmt: skip
+    base = {"vllm_preflight_device_kind": kind}
+    for host in (base, {**base, "vllm_service_launcher": "auto"}):
         f = instance_facts({"name": "a"}, host)
         assert f.launcher is on
         assert (f.launch_file, f.runtime_dir, f.launch_state) == (

@@ -258,7 +258,9 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     windows = instance.get("windows") or []
     idle = instance.get("idle_sleep")
     idle = idle if isinstance(idle, Mapping) else {}
-    idle_after = duration_seconds(idle["after"], f"instance {name}: idle_sleep.after") if idle else 0
+    idle_after = (
+        duration_seconds(idle["after"], f"instance {name}: idle_sleep.after") if idle else 0
+    )
     asked = instance.get("sleep")
     sleep_requested = bool(windows or idle_after) if asked is None else _truthy(asked)
     sleep = sleep_requested and gpu

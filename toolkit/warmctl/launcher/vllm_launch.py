@@ -198,7 +198,7 @@ def parse_launch(data: bytes) -> Launch:
     for name in env:
         if not RELAUNCH_ENV.match(name):
             raise LaunchFileError(
-                f"env names {name!r}: a launch file sets vLLM's own variables (VLLM_*) only; "
+                f"env {name!r}: a launch file sets vLLM's own variables (VLLM_*) only; "
                 "other variables belong to the unit's environment file"
             )
         if "\0" in env[name]:
@@ -231,7 +231,7 @@ def refusal(state: dict, env: dict[str, str]) -> str | None:
         return None
     return (
         f"{', '.join(hit)} changed, and vLLM read {'it' if len(hit) == 1 else 'them'} when the "
-        "launcher imported it: only a restart applies that"
+        "launcher imported vLLM: only a restart applies that"
     )
 
 

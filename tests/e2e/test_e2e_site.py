@@ -348,6 +348,13 @@ def test_5c_a_deploy_that_changes_only_vllms_arguments_reloads(lab: Lab, deploye
         xfail_if_known_reinstall(run, first.name)
     assert run.count(first.name, "changed") == 0, run.changed_tasks(first.name)
     assert _main_pid(fleet, first) == first_pid
+    # the same inventory again, under the launcher: nothing changes, nothing is reloaded
+    again = lab.playbook(change, "--limit", second.name, stage="5c. the same deploy again")
+    assert again.rc == 0, again.describe()
+    if again.count(second.name, "changed"):
+        xfail_if_known_reinstall(again, second.name)
+    assert again.count(second.name, "changed") == 0, again.changed_tasks(second.name)
+    assert _launcher_state(fleet, second)["generation"] == state["generation"]
 
     # a change of the unit itself (its limits): the launcher cannot apply it, a restart does
     unit_change = _launcher_inventory(

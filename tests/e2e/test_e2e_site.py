@@ -343,10 +343,7 @@ def test_5c_a_deploy_that_changes_only_vllms_arguments_reloads(lab: Lab, deploye
     assert state["last"] == "relaunched" and "--max-num-seqs 6" in state["argv"], state
     assert "'max_num_seqs': 6" in _vllm_args_since_last_start(fleet, second)
     _verify_host(lab, second, "5c. verify after the reload")
-    # the other host: untouched
-    if run.count(first.name, "changed"):
-        xfail_if_known_reinstall(run, first.name)
-    assert run.count(first.name, "changed") == 0, run.changed_tasks(first.name)
+    # the other host: not restarted (its changed=0 is test 3's and test 5's)
     assert _main_pid(fleet, first) == first_pid
 
     # a change of the unit itself (its limits): the launcher cannot apply it, a restart does

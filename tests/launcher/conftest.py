@@ -45,6 +45,10 @@ def launch(modules: Path, tmp_path: Path) -> Iterator:
 
     yield run
     for lp in started:
-        if lp.proc.poll() is None:
-            os.killpg(lp.proc.pid, signal.SIGKILL)
-            lp.proc.wait()
+        if lp.proc.poll() is None:  # SIGTERM: the launcher stops the server's whole group
+            lp.proc.send_signal(signal.SIGTERM)
+            try:
+                lp.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(lp.proc.pid, signal.SIGKILL)
+                lp.proc.wait()

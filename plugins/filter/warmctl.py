@@ -3,6 +3,8 @@
 vllm_systemd_quote / vllm_env_quote: quoting for unit files and environment files;
 vllm_oncalendar: cron or OnCalendar -> list of OnCalendar expressions (checked);
 vllm_calendar_error: '' or the reason an expression is unusable (for preflight asserts);
+vllm_launch_env: the variables of an instance's environment its launch file carries
+(warmctl.launchfile);
 vllm_instance_facts: an instance's derived facts (warmctl.facts; vllm_preflight sets them once
 per host);
 vllm_validate: every problem of a host's role variables, one line each (warmctl.validate);
@@ -53,6 +55,7 @@ from ansible.errors import AnsibleFilterError  # noqa: E402
 from warmctl.calendar import CalendarError, calendar_error, to_oncalendar  # noqa: E402
 from warmctl.facts import instance_facts  # noqa: E402
 from warmctl.fleet import host_results, role_options, verify_argv  # noqa: E402
+from warmctl.launchfile import launch_env  # noqa: E402
 from warmctl.roles import role_defaults  # noqa: E402
 from warmctl.unitfile import env_quote, systemd_quote  # noqa: E402
 from warmctl.validate import validate  # noqa: E402
@@ -124,6 +127,7 @@ class FilterModule:
             "vllm_oncalendar": vllm_oncalendar,
             "vllm_calendar_error": calendar_error,
             "vllm_instance_facts": vllm_instance_facts,
+            "vllm_launch_env": launch_env,
             "vllm_validate": vllm_validate,
             "vllm_role_var": vllm_role_var,
             "vllm_verify_argv": vllm_verify_argv,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import subprocess
@@ -64,7 +65,8 @@ def problem_lines(stdout: str, host: str) -> list[str]:
 
 
 def stub_paths(root: Path) -> dict[str, str]:
-    """Role path variables pointing into `root`, with executable stubs where units exec."""
+    """Role path variables pointing into `root`, with executable stubs where units exec; the
+    service group is this process's own (the launch file's group must exist here)."""
     venv, warmctl, home = root / "opt/vllm/venv", root / "opt/warmctl", root / "home"
     for exe in (venv / "bin/python", warmctl / "bin/warmctl"):
         exe.parent.mkdir(parents=True, exist_ok=True)
@@ -76,6 +78,7 @@ def stub_paths(root: Path) -> dict[str, str]:
         "vllm_install_warmctl_venv": str(warmctl),
         "vllm_install_home": str(home),
         "vllm_install_cache_dir": str(root / "cache"),
+        "vllm_install_group": grp.getgrgid(os.getgid()).gr_name,
     }
 
 

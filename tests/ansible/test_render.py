@@ -14,6 +14,7 @@ import pytest
 from tests.ansible.cases import GOOD
 from tests.ansible.conftest import run_playbook, write_inventory
 
+from warmctl.launcher.vllm_launch import parse_launch
 from warmctl.render import RenderError, render_instance
 from warmctl.unitfile import systemd_split, unit_values
 
@@ -23,6 +24,12 @@ needs_systemd = pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-anal
 
 def host_vars(hosts: dict[str, Any], name: str) -> dict[str, Any]:
     return {k: v for k, v in hosts[name].items() if k != "vllm_service_instances"}
+
+
+def server_env(r: Any) -> dict[str, str]:
+    """What the server's environment gets from the deploy: the env file, then (under the
+    launcher) the launch file's variables."""
+    return {**r.env, **r.launch_env}
 
 
 def all_rendered(rendered_by_ansible: dict[str, Any]) -> list[tuple[str, dict, Any]]:
@@ -51,7 +58,9 @@ def test_ansible_and_warmctl_render_identical_files(rendered_by_ansible):
 def test_gpu_sleep_exact_unit_env_and_timers():
     instance = GOOD["gpu_sleep"]["vllm_service_instances"][0]
     r = render_instance(instance, host_vars(GOOD, "gpu_sleep"))
-    assert r.argv == [
+    # a GPU host: under the pre-imported launcher (auto); the unit names what it imports, the
+    # launch file what the server runs
+    assert r.server_argv == [
         "/opt/vllm/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve",
         "/srv/models/qwen3-0.6b", "--host", "127.0.0.1", "--port", "18000",
         "--enable-server-load-tracking", "--shutdown-timeout", "10", "--served-model-name", "qwen",
@@ -62,21 +71,18 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         "--enable-sleep-mode",
     ]  # fmt: skip
     assert unit_values(r.unit_text, "Service", "ExecStart") == [
-        "/opt/vllm/venv/bin/python -m vllm.entrypoints.cli.main serve /srv/models/qwen3-0.6b "
-        "--host 127.0.0.1 --port 18000 --enable-server-load-tracking --shutdown-timeout 10 "
-        "--served-model-name qwen "
-        "--tensor-parallel-size 2 "
-        "--max-num-seqs 64 --gpu-memory-utilization 0.85 --compilation-config "
-        '\'{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128], '
-        '"cudagraph_mode": "FULL_AND_PIECEWISE"}\' --enable-sleep-mode'
+        "/opt/vllm/venv/bin/python /opt/warmctl/share/warmctl/vllm_launch.py --stop-timeout 90 "
+        "--launch-file /etc/vllm/qwen.launch --state-file /run/vllm-qwen/launcher.json "
+        "-- -m vllm.entrypoints.cli.main"
     ]
+    assert r.launch_path == "/etc/vllm/qwen.launch"
+    assert unit_values(r.unit_text, "Service", "RuntimeDirectory") == ["vllm-qwen"]
     assert r.warmup_argv == [
         "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready",
         "--ready-timeout", "1800",
         "--max-batch", "16", "--max-tokens", "2",  # vllm_service_gpu_warmup_args
     ]  # fmt: skip
-    assert r.env == {
-        "VLLM_CACHE_ROOT": "/var/cache/vllm/vllm",
+    assert r.env == {  # the env file: what only a restart applies
         "TRITON_CACHE_DIR": "/var/cache/vllm/triton",
         "TORCHINDUCTOR_CACHE_DIR": "/var/cache/vllm/inductor",
         "CUDA_CACHE_PATH": "/var/cache/vllm/nv",
@@ -88,6 +94,9 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         "TRANSFORMERS_OFFLINE": "1",
         "CUDA_VISIBLE_DEVICES": "0,1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+    assert r.launch_env == {  # the launch file: vLLM's own variables, in the env file's order
+        "VLLM_CACHE_ROOT": "/var/cache/vllm/vllm",
         "VLLM_SERVER_DEV_MODE": "1",
         "VLLM_WORKER_MULTIPROC_METHOD": "fork",
         "VLLM_NO_USAGE_STATS": "1",
@@ -138,9 +147,11 @@ def test_gpu_sleep_exact_unit_env_and_timers():
 def test_gpu_without_sleep_has_no_dev_mode_and_no_compilation_config():
     instance = GOOD["gpu_nosleep"]["vllm_service_instances"][0]
     r = render_instance(instance, host_vars(GOOD, "gpu_nosleep"))
-    assert "--enable-sleep-mode" not in r.argv and "VLLM_SERVER_DEV_MODE" not in r.env
-    assert "--compilation-config" not in r.argv  # capture sizes unset: vLLM's own default
-    assert r.argv[-7:] == [
+    assert "--enable-sleep-mode" not in r.server_argv and "VLLM_SERVER_DEV_MODE" not in server_env(
+        r
+    )
+    assert "--compilation-config" not in r.server_argv  # capture sizes unset: vLLM's own default
+    assert r.server_argv[-7:] == [
         "--host",
         "0.0.0.0",
         "--port",
@@ -150,14 +161,18 @@ def test_gpu_without_sleep_has_no_dev_mode_and_no_compilation_config():
         "10",
     ]
     assert r.env["CUDA_VISIBLE_DEVICES"] == "0"
-    assert set(r.files) == {"/etc/systemd/system/vllm-plain.service", "/etc/vllm/plain.env"}
+    assert set(r.files) == {
+        "/etc/systemd/system/vllm-plain.service",
+        "/etc/vllm/plain.env",
+        "/etc/vllm/plain.launch",
+    }
 
 
 def test_gpu_with_sleep_off_stops_and_starts_in_windows():
     instance = GOOD["gpu_sleep_off"]["vllm_service_instances"][0]
     r = render_instance(instance, host_vars(GOOD, "gpu_sleep_off"))
-    assert not r.sleep and "VLLM_SERVER_DEV_MODE" not in r.env
-    assert r.argv[-2:] == ["--max-model-len", "4096"]
+    assert not r.sleep and "VLLM_SERVER_DEV_MODE" not in server_env(r)
+    assert r.server_argv[-2:] == ["--max-model-len", "4096"]
     svc = r.files["/etc/systemd/system/vllm-nosleep-sleep-nights.service"]
     assert unit_values(svc, "Service", "ExecStart") == [
         "/usr/bin/systemctl stop vllm-nosleep.service"
@@ -196,7 +211,7 @@ def test_two_instances_on_one_host():
     hosts = host_vars(GOOD, "gpu_two")
     chat, coder = (render_instance(i, hosts) for i in GOOD["gpu_two"]["vllm_service_instances"])
     assert chat.unit_name == "vllm-chat.service" and coder.unit_name == "vllm-coder.service"
-    assert chat.argv[chat.argv.index("--host") + 1] == "127.0.0.1"
+    assert chat.server_argv[chat.server_argv.index("--host") + 1] == "127.0.0.1"
     gpu_warmup = ["--max-batch", "16", "--max-tokens", "2"]  # vllm_service_gpu_warmup_args
     assert chat.warmup_argv == [
         "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready",
@@ -211,10 +226,10 @@ def test_two_instances_on_one_host():
     ]  # fmt: skip
     assert "'hello world'" in unit_values(chat.unit_text, "Service", "ExecStartPost")[0]
     sizes = "[1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]"
-    assert chat.argv[chat.argv.index("--compilation-config") + 1] == (
+    assert chat.server_argv[chat.server_argv.index("--compilation-config") + 1] == (
         f'{{"cudagraph_capture_sizes": {sizes}}}'  # the GPU default
     )
-    assert coder.argv[coder.argv.index("--compilation-config") + 1] == (
+    assert coder.server_argv[coder.server_argv.index("--compilation-config") + 1] == (
         f'{{"cudagraph_capture_sizes": {sizes}, "cudagraph_mode": "PIECEWISE"}}'
     )
     assert chat.env["CUDA_VISIBLE_DEVICES"] == "0" and coder.env["CUDA_VISIBLE_DEVICES"] == "1"
@@ -287,6 +302,7 @@ def test_prune_lists_files_of_removed_windows_and_instances(rendered_by_ansible,
     shutil.copytree(source / "etc", etc)
     (units / "vllm-gone.service").write_text("# Ansible managed\n# warmctl instance: gone\n")
     (etc / "gone.env").write_text("# Ansible managed\n# warmctl instance: gone\n")
+    (etc / "gone.launch").write_text("# Ansible managed\n# warmctl instance: gone\n{}\n")
     (units / "vllm-other.service").write_text("[Service]\nExecStart=/bin/true\n")
     host = dict(rendered_by_ansible["hosts"]["gpu_sleep"])
     instance = dict(host["vllm_service_instances"][0])
@@ -303,6 +319,7 @@ def test_prune_lists_files_of_removed_windows_and_instances(rendered_by_ansible,
     stale = sorted(Path(p).name for p in json.loads(message.split("STALE ", 1)[1]))
     assert stale == [
         "gone.env",
+        "gone.launch",
         "vllm-gone.service",
         "vllm-qwen-sleep-weekend.service",
         "vllm-qwen-sleep-weekend.timer",
@@ -356,14 +373,16 @@ def test_boot_reconcile_picks_the_window_we_are_in(tmp_path):
 def test_cpu_instances_get_their_own_cores_gpu_instances_ignore_cpus():
     left, right = GOOD["cpu_two"]["vllm_service_instances"]
     assert (
-        render_instance(left, host_vars(GOOD, "cpu_two")).env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+        server_env(render_instance(left, host_vars(GOOD, "cpu_two")))["VLLM_CPU_OMP_THREADS_BIND"]
+        == "0-1"
     )
     assert (
-        render_instance(right, host_vars(GOOD, "cpu_two")).env["VLLM_CPU_OMP_THREADS_BIND"] == "2,3"
+        server_env(render_instance(right, host_vars(GOOD, "cpu_two")))["VLLM_CPU_OMP_THREADS_BIND"]
+        == "2,3"
     )
     gpu = {**GOOD["gpu_nosleep"]["vllm_service_instances"][0], "cpus": "0-3"}
-    assert (
-        "VLLM_CPU_OMP_THREADS_BIND" not in render_instance(gpu, host_vars(GOOD, "gpu_nosleep")).env
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in server_env(
+        render_instance(gpu, host_vars(GOOD, "gpu_nosleep"))
     )
 
 
@@ -375,13 +394,15 @@ def test_gpu_units_fork_the_engine_core_cpu_units_leave_it_to_vllm():
     for case in ("gpu_sleep", "gpu_nosleep", "gpu_sleep_off"):
         instance = GOOD[case]["vllm_service_instances"][0]
         r = render_instance(instance, host_vars(GOOD, case))
-        assert r.env["VLLM_WORKER_MULTIPROC_METHOD"] == "fork", case
-        assert "VLLM_WORKER_MULTIPROC_METHOD=fork" in r.env_text
+        assert r.launch_env["VLLM_WORKER_MULTIPROC_METHOD"] == "fork", case  # the launcher's
+        plain = render_instance({**instance, "launcher": False}, host_vars(GOOD, case))
+        assert "VLLM_WORKER_MULTIPROC_METHOD=fork" in plain.env_text
         assert r.warmup_argv[6:10] == ["--max-batch", "16", "--max-tokens", "2"], case
     spawn = {**GOOD["gpu_nosleep"]["vllm_service_instances"][0]}
     spawn["env"] = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
     r = render_instance(spawn, host_vars(GOOD, "gpu_nosleep"))
-    assert r.env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"  # the instance's env wins
+    assert server_env(r)["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"  # the instance's env wins
+    r = render_instance({**spawn, "launcher": False}, host_vars(GOOD, "gpu_nosleep"))
     lines = [ln for ln in r.env_text.splitlines() if "MULTIPROC" in ln]
     assert lines[-1].endswith("spawn")  # systemd: the last assignment of a variable counts
     cpu = render_instance(GOOD["cpu"]["vllm_service_instances"][0], host_vars(GOOD, "cpu"))
@@ -473,7 +494,7 @@ def test_kv_cache_of_sleeping_instances(extra, host, blocks):
     0.08 s at 0.2): instances that sleep get a KV cache sized in tokens by default."""
     instance = {"name": "kv", "model": "/srv/models/m", "port": 18000, "sleep": True, **extra}
     r = render_instance(instance, {"vllm_preflight_device_kind": "gpu", **host})
-    assert _kv_flag(r.argv) == blocks
+    assert _kv_flag(r.server_argv) == blocks
     cpu = render_instance(
         {"name": "kv", "model": "/srv/models/m", "port": 18000, "kv_cache_tokens": 160},
         {"vllm_preflight_device_kind": "cpu"},
@@ -490,30 +511,99 @@ def test_kv_cache_tokens_out_of_range_is_one_line(bad):
 
 
 def test_launcher_wraps_the_server_and_reload_relaunches():
-    """launcher: ExecStart runs vLLM's argv under the pre-imported launcher (from warmctl's
-    venv, by vLLM's interpreter); ExecReload is `warmctl relaunch` with the warmup's options."""
+    """launcher: ExecStart runs the pre-imported launcher (from warmctl's venv, by vLLM's
+    interpreter) on `-m MODULE`, what it imports once; vLLM's arguments and variables are in the
+    launch file, the rest of the environment in the env file; ExecReload checks the launch file
+    first (`warmctl relaunch --check`), then relaunches with the warmup's options."""
     host = host_vars(GOOD, "gpu_two")
     coder = GOOD["gpu_two"]["vllm_service_instances"][1]
     r = render_instance(coder, host)
     plain = render_instance({**coder, "launcher": False}, host)
-    assert r.argv[:5] == [
+    assert r.argv == [
         "/opt/vllm/venv/bin/python",
         "/opt/warmctl/share/warmctl/vllm_launch.py",
         "--stop-timeout",
         "90",
+        "--launch-file",
+        "/etc/vllm/coder.launch",
+        "--state-file",
+        "/run/vllm-coder/launcher.json",
         "--",
+        "-m",
+        "vllm.entrypoints.cli.main",
     ]
-    assert r.argv[5:] == plain.argv[1:]  # `-m vllm.entrypoints.cli.main serve ...` unchanged
+    assert r.server_argv == plain.argv  # `python -m vllm.entrypoints.cli.main serve ...`
+    launch = parse_launch(r.files[r.launch_path].encode())
+    assert launch.args == plain.argv[3:]
+    assert server_env(r) == plain.env  # the same environment, split in two files
+    assert all(n.startswith("VLLM_") for n in r.launch_env) and r.launch_env
+    assert not [n for n in r.env if n.startswith("VLLM_")]
     reloads = unit_values(r.unit_text, "Service", "ExecReload")
-    assert len(reloads) == 1 and reloads[0].endswith(" --main-pid $MAINPID")
-    assert systemd_split(reloads[0].removesuffix(" --main-pid $MAINPID")) == [
-        "/opt/warmctl/bin/warmctl",
-        "relaunch",
-        *r.warmup_argv[2:],
+    assert [systemd_split(c.removesuffix(" --main-pid $MAINPID")) for c in reloads] == [
+        ["/opt/warmctl/bin/warmctl", "relaunch", "10.0.0.5:8001", "--check"],
+        ["/opt/warmctl/bin/warmctl", "relaunch", *r.warmup_argv[2:]],
     ]
-    assert "--max-batch 4" in reloads[0]  # the instance's warmup_args, as ExecStartPost's
+    assert all(c.endswith(" --main-pid $MAINPID") for c in reloads)
+    assert "--max-batch 4" in reloads[1]  # the instance's warmup_args, as ExecStartPost's
+    assert unit_values(r.unit_text, "Service", "RuntimeDirectory") == ["vllm-coder"]
     assert not unit_values(plain.unit_text, "Service", "ExecReload")
+    assert not unit_values(plain.unit_text, "Service", "RuntimeDirectory")
+    assert not plain.launch_path and "/etc/vllm/coder.launch" not in plain.files
+    # proxied (chat sleeps behind the proxy): the check comes before the warming flag is set
+    chat = render_instance(GOOD["gpu_two"]["vllm_service_instances"][0], host)
+    steps = unit_values(chat.unit_text, "Service", "ExecReload")
+    assert [c.split()[0] for c in steps] == [
+        "/opt/warmctl/bin/warmctl", "-+/usr/bin/touch", "/opt/warmctl/bin/warmctl", "+/bin/rm",
+    ]  # fmt: skip
+    assert " --check " in steps[0] and " --check " not in steps[2]
     # a role-level switch, a CPU host
     left = render_instance(GOOD["cpu_two"]["vllm_service_instances"][0], host_vars(GOOD, "cpu_two"))
     assert left.argv[1].endswith("/share/warmctl/vllm_launch.py")
-    assert left.argv[5:7] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert left.argv[-3:] == ["--", "-m", "vllm.entrypoints.openai.api_server"]
+    assert left.launch_env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"max_num_seqs": 96},
+        {"max_model_len": 8192},
+        {"compilation_config": {"cudagraph_capture_sizes": [1, 2, 4]}},
+        {"extra_args": ["--enable-prefix-caching"]},
+        {"enforce_eager": True},
+        {"kv_cache_tokens": 32768},
+        {"served_model_name": "coder-v2"},
+        {"env": {"VLLM_CPU_KVCACHE_SPACE": "8", "VLLM_LOGGING_LEVEL": "DEBUG"}},
+        {"model": "/srv/models/coder-2"},  # a path as before: HF_HUB_OFFLINE stays
+    ],
+)
+def test_a_change_the_launcher_applies_keeps_the_unit_and_env_file(change):
+    """vLLM's arguments and VLLM_* variables: only the launch file changes (a reload)."""
+    host = host_vars(GOOD, "gpu_two")
+    coder = GOOD["gpu_two"]["vllm_service_instances"][1]
+    before, after = render_instance(coder, host), render_instance({**coder, **change}, host)
+    assert after.unit_text == before.unit_text
+    assert after.env_text == before.env_text
+    assert after.files[after.launch_path] != before.files[before.launch_path]
+
+
+@pytest.mark.parametrize(
+    ("change", "file"),
+    [
+        ({"env": {"HF_TOKEN": "t"}}, "env"),  # read by huggingface_hub: the env file
+        ({"env": {"OMP_NUM_THREADS": "4"}}, "env"),  # read by native code at load
+        ({"env": {"VLLM_API_KEY": "k"}}, "env"),  # warmctl's warmup reads it too
+        ({"gpus": [2]}, "unit"),  # the sandbox's DeviceAllow
+        ({"port": 8002}, "unit"),  # the warmup's target
+        ({"model": "Qwen/Qwen3-0.6B"}, "env"),  # a hub id: HF_HUB_OFFLINE=0
+    ],
+)
+def test_a_change_the_launcher_cannot_apply_changes_the_unit_or_env_file(change, file):
+    host = host_vars(GOOD, "gpu_two")
+    coder = GOOD["gpu_two"]["vllm_service_instances"][1]
+    before, after = render_instance(coder, host), render_instance({**coder, **change}, host)
+    changed = {
+        "unit": after.unit_text != before.unit_text,
+        "env": after.env_text != before.env_text,
+    }
+    assert changed[file], change

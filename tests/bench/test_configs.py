@@ -181,3 +181,23 @@ def test_an_instance_keeps_its_extra_args_after_the_sites(site):
         "cudagraph_capture_sizes": [2, 640]
     }
     assert launch.warmup_argv[-4:] == ["--prompt-tokens", "190,590", "--batch-sizes", "1,8"]
+
+
+def test_l_runs_the_launcher_on_the_units_launch_file(site):
+    """L: the unit's ExecStart (the launcher on `-m MODULE`) with its launch file written where
+    the unit names it, the state file in the start's own tmp (no /run outside systemd); the
+    bench reaches and judges the server by what the launch file runs. B keeps the plain unit
+    (the launcher is on by default on GPU hosts)."""
+    table = configs.standard()
+    b, l_config = table["B"], table["L"]
+    launch = l_config.launch(site, site.workdir / "t0")
+    rendered = render_instance(l_config.instance(site), host=l_config.hostvars(site))
+    argv = launch.spec.argv
+    assert argv[1].endswith("/share/warmctl/vllm_launch.py")
+    assert argv[argv.index("--launch-file") + 1] == rendered.launch_path
+    assert Path(rendered.launch_path).read_text() == rendered.files[rendered.launch_path]
+    assert argv[argv.index("--state-file") + 1] == str(site.workdir / "t0" / "launcher.json")
+    assert (
+        launch.sleep and launch.spec.base_url == b.launch(site, site.workdir / "t1").spec.base_url
+    )
+    assert b.launch(site, site.workdir / "t2").spec.argv[1:3] == ["-m", "vllm.entrypoints.cli.main"]

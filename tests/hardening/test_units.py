@@ -129,18 +129,18 @@ def test_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
 
 def test_dev_mode_binds_loopback_and_proxy_takes_the_port() -> None:
     gpu = rendered("gpu-sleep-proxied")
-    assert gpu.sleep and gpu.env["VLLM_SERVER_DEV_MODE"] == "1"
-    assert gpu.argv[gpu.argv.index("--host") + 1] == "127.0.0.1"
-    assert gpu.argv[gpu.argv.index("--port") + 1] == "18000"
+    assert gpu.sleep and gpu.launch_env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert gpu.server_argv[gpu.server_argv.index("--host") + 1] == "127.0.0.1"
+    assert gpu.server_argv[gpu.server_argv.index("--port") + 1] == "18000"
     assert gpu.warmup_argv[2] == "127.0.0.1:18000"
     plain = rendered("gpu-plain")  # no dev mode: the operator's bind, no proxy
-    assert plain.argv[plain.argv.index("--host") + 1] == "0.0.0.0"
-    assert plain.argv[plain.argv.index("--port") + 1] == "8100"
-    assert "VLLM_SERVER_DEV_MODE" not in plain.env
+    assert plain.server_argv[plain.server_argv.index("--host") + 1] == "0.0.0.0"
+    assert plain.server_argv[plain.server_argv.index("--port") + 1] == "8100"
+    assert "VLLM_SERVER_DEV_MODE" not in {**plain.env, **plain.launch_env}
     # dev mode without the proxy still binds loopback only
     alone = render_instance(MATRIX["gpu-sleep-proxied"][0], {"vllm_proxy_enabled": False})
-    assert alone.argv[alone.argv.index("--host") + 1] == "127.0.0.1"
-    assert alone.argv[alone.argv.index("--port") + 1] == "8000"
+    assert alone.server_argv[alone.server_argv.index("--host") + 1] == "127.0.0.1"
+    assert alone.server_argv[alone.server_argv.index("--port") + 1] == "8000"
 
 
 def test_gpu_hosts_see_only_their_gpus() -> None:
@@ -325,7 +325,7 @@ def syscall_set(groups: list[str], seen: dict[str, set[str]]) -> set[str]:
 def test_tensor_parallel_unit_lets_nccl_and_the_workers_talk() -> None:
     r = rendered("gpu-tp2-sleep")
     unit = r.unit_text
-    assert r.argv[r.argv.index("--tensor-parallel-size") + 1] == "2"
+    assert r.server_argv[r.server_argv.index("--tensor-parallel-size") + 1] == "2"
     assert r.env["CUDA_VISIBLE_DEVICES"] == "0,1" and r.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     allowed = unit_values(unit, "Service", "DeviceAllow")
     for device in ("/dev/nvidia0 rw", "/dev/nvidia1 rw", "/dev/nvidiactl rw", "/dev/nvidia-uvm rw"):
@@ -361,5 +361,5 @@ def test_a_stop_signals_the_main_process_alone(name: str) -> None:
     assert unit_values(r.unit_text, "Service", "KillMode") == ["mixed"]
     # and vLLM itself stops its engine core in order, after what is in flight (--shutdown-timeout;
     # signalled or not, vLLM's default abort logged "AsyncLLM output_handler failed" as an ERROR)
-    i = r.argv.index("--shutdown-timeout")
-    assert r.argv[i + 1] == "10"
+    i = r.server_argv.index("--shutdown-timeout")
+    assert r.server_argv[i + 1] == "10"

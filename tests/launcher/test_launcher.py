@@ -6,138 +6,14 @@ that forks a child of its own, as vLLM's API process starts its EngineCore)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import textwrap
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from tests.launcher.fakes import alive
 from warmctl.launcher import SCRIPT
-
-HEAVY = """
-import os
-with open(os.environ["LOG"], "a") as f:
-    f.write(f"imported {os.getpid()}\\n")
-"""
-
-SERVER = """
-import os, signal, sys, time
-import heavy  # preloaded by the launcher: imported once for every generation
-
-
-def write(line):
-    with open(os.environ["LOG"], "a") as f:
-        f.write(line + "\\n")
-
-
-def main():
-    engine = os.fork()
-    if engine == 0:  # the "EngineCore": outlives the server by a moment on SIGTERM
-        def engine_stop(*_):
-            time.sleep(0.3)
-            write(f"engine-stopped {os.getpid()}")
-            os._exit(0)
-
-        signal.signal(signal.SIGTERM, engine_stop)
-        while True:
-            time.sleep(0.1)
-
-    def stop(*_):
-        os.kill(engine, signal.SIGTERM)
-        os.waitpid(engine, 0)
-        write(f"stopped {os.getpid()}")
-        sys.exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    write(f"run {os.getpid()} engine {engine} args {' '.join(sys.argv[1:])} main {__name__}")
-    if os.environ.get("EXIT_WITH"):
-        sys.exit(int(os.environ["EXIT_WITH"]))
-    while True:
-        time.sleep(0.1)
-
-
-if __name__ == "__main__":  # as vLLM's entry modules: importing it runs nothing
-    main()
-"""
-
-FAKE_TORCH = """
-class cuda:
-    @staticmethod
-    def is_initialized():
-        return True
-"""
-
-
-@pytest.fixture
-def modules(tmp_path: Path) -> Path:
-    d = tmp_path / "mods"
-    d.mkdir()
-    (d / "heavy.py").write_text(textwrap.dedent(HEAVY))
-    (d / "fakesrv.py").write_text(textwrap.dedent(SERVER))
-    (d / "torch.py").write_text(textwrap.dedent(FAKE_TORCH))
-    return d
-
-
-class Launched:
-    def __init__(self, proc: subprocess.Popen[str], log: Path) -> None:
-        self.proc, self.log = proc, log
-
-    def lines(self) -> list[str]:
-        return self.log.read_text().splitlines() if self.log.exists() else []
-
-    def wait_for(self, prefix: str, count: int, timeout: float = 20.0) -> list[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = [ln for ln in self.lines() if ln.startswith(prefix)]
-            if len(found) >= count:
-                return found
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"no {count} x {prefix!r} in {self.lines()}: {self.stderr()}")
-
-    def stderr(self) -> str:
-        if self.proc.poll() is None:
-            return "(running)"
-        return self.proc.stderr.read() if self.proc.stderr else ""
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return stat[0] != "Z"
-
-
-@pytest.fixture
-def launch(modules: Path, tmp_path: Path) -> Iterator:
-    started: list[Launched] = []
-
-    def run(*args: str, env: dict[str, str] | None = None) -> Launched:
-        log = tmp_path / "events.log"
-        proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), *args],
-            env={**os.environ, "PYTHONPATH": str(modules), "LOG": str(log), **(env or {})},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        started.append(Launched(proc, log))
-        return started[-1]
-
-    yield run
-    for lp in started:
-        if lp.proc.poll() is None:
-            os.killpg(lp.proc.pid, signal.SIGKILL)
-            lp.proc.wait()
 
 
 def test_relaunch_forks_from_the_imported_interpreter(launch) -> None:

@@ -1,21 +1,27 @@
 """`warmctl relaunch` against real processes: the launcher running the vLLM double (a real HTTP
-server speaking vLLM's routes) as its server module; SIGHUP, a new server process, its warmup."""
+server speaking vLLM's routes) as its server module; SIGHUP, a new server process, its warmup.
+With a launch file (as the units have it): the new server runs the file as it is now (its
+/server_info says so, the launcher's state file proves it), and what a relaunch cannot apply is
+refused before any signal (exit 3: a restart is needed; exit 2: not a launch file)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 from click.testing import CliRunner
 
+from tests.launcher.fakes import wait_state, write_launch
 from tests.lib.server import free_port
 from warmctl.cli import cli
 from warmctl.launcher import SCRIPT
@@ -24,19 +30,9 @@ from warmctl.relaunch import children
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def launched() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    port = free_port()
+def _start(argv: list[str], port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--",
-            "-m",
-            "tests.launcher.double_main",
-            "--port",
-            str(port),
-        ],
+        argv,
         env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'toolkit'}"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -46,18 +42,72 @@ def launched() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     while time.monotonic() < deadline:
         try:
             if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                break
+                return proc
         except requests.RequestException:
             time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail("the double did not start under the launcher")
-    yield proc, port
+    proc.kill()
+    pytest.fail("the double did not start under the launcher")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def launched() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    port = free_port()
+    argv = [sys.executable, str(SCRIPT), "--", "-m", "tests.launcher.double_main",
+            "--port", str(port)]  # fmt: skip
+    proc = _start(argv, port)
+    yield proc, port
+    _stop(proc)
+
+
+class Unit:
+    """The launcher as the unit runs it: its launch file and state file."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, launch: Path, state: Path):
+        self.proc, self.port, self.launch, self.state = proc, port, launch, state
+
+    def write(self, *args: str, env: dict[str, str] | None = None) -> None:
+        base = {"VLLM_DOUBLE_AT_IMPORT": "1", "VLLM_TUNE": "a"}
+        write_launch(self.launch, ["--port", str(self.port), *args], {**base, **(env or {})})
+
+    def relaunch(self, *extra: str) -> Any:
+        return CliRunner().invoke(
+            cli,
+            ["relaunch", f"127.0.0.1:{self.port}", "--main-pid", str(self.proc.pid),
+             "--wait-ready", "--ready-timeout", "30", *extra],
+        )  # fmt: skip
+
+    def max_num_seqs(self) -> int:
+        url = f"http://127.0.0.1:{self.port}/server_info?config_format=json"
+        info = requests.get(url, timeout=5).json()
+        return int(info["vllm_config"]["scheduler_config"]["max_num_seqs"])
+
+
+@pytest.fixture
+def unit(tmp_path: Path) -> Iterator[Unit]:
+    """Under the launcher with --launch-file and --state-file, from a copy of its script (a test
+    changes the copy as an upgrade of warmctl would change the installed one)."""
+    port = free_port()
+    script = tmp_path / "share" / "vllm_launch.py"
+    script.parent.mkdir()
+    shutil.copy(SCRIPT, script)
+    u = Unit(None, port, tmp_path / "t.launch", tmp_path / "state.json")  # type: ignore[arg-type]
+    u.write("--max-num-seqs", "4")
+    u.proc = _start(
+        [sys.executable, str(script), "--launch-file", str(u.launch), "--state-file",
+         str(u.state), "--", "-m", "tests.launcher.double_main"],
+        port,
+    )  # fmt: skip
+    wait_state(u.state, 0)
+    yield u
+    _stop(u.proc)
 
 
 def test_relaunch_replaces_the_server_and_warms_it(launched) -> None:
@@ -108,3 +158,89 @@ def test_relaunch_takes_one_host(launched) -> None:
     )
     assert result.exit_code == 2 and "exactly one HOST" in result.output
     assert len(children(proc.pid)) == 1  # nothing was signalled
+
+
+def test_a_relaunch_applies_the_launch_file_as_it_is_now(unit: Unit) -> None:
+    """A deploy changed one vLLM argument: the relaunch's new server runs it (vLLM's own
+    /server_info says so), and the answer names the generation and the argv from the state."""
+    assert unit.max_num_seqs() == 4
+    (before,) = children(unit.proc.pid)
+    unit.write("--max-num-seqs", "8", env={"VLLM_TUNE": "b"})
+    result = unit.relaunch("--json")
+    assert result.exit_code == 0, result.output
+    (doc,) = json.loads(result.output)["results"]
+    (after,) = doc["new_server_pids"]
+    assert after != before and children(unit.proc.pid) == (after,)
+    assert doc["generation"] == 2
+    assert doc["argv"].endswith(f"--port {unit.port} --max-num-seqs 8")
+    assert unit.max_num_seqs() == 8  # the new configuration took effect
+    state = json.loads(unit.state.read_text())
+    assert state["server_pid"] == after and state["last"] == "relaunched"
+    assert unit.proc.poll() is None  # the launcher (systemd's main process) stayed
+
+
+def test_check_says_whether_a_relaunch_can_apply_the_file(unit: Unit) -> None:
+    pid = str(unit.proc.pid)
+    (server,) = children(unit.proc.pid)
+    ok = CliRunner().invoke(
+        cli, ["relaunch", f"127.0.0.1:{unit.port}", "--check", "--main-pid", pid]
+    )
+    assert ok.exit_code == 0, ok.output
+    assert f"launcher {pid} (generation 1) can relaunch with {unit.launch}" in ok.output
+
+    # a variable the server module read at import: only a restart applies it
+    unit.write("--max-num-seqs", "8", env={"VLLM_DOUBLE_AT_IMPORT": "2"})
+    for extra in (["--check"], []):
+        result = unit.relaunch(*extra)
+        assert result.exit_code == 3, result.output
+        lines = [ln for ln in result.output.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "VLLM_DOUBLE_AT_IMPORT changed" in lines[0], result.output
+        assert "only a restart applies that" in lines[0]
+    assert children(unit.proc.pid) == (server,) and unit.max_num_seqs() == 4  # untouched
+    assert json.loads(unit.state.read_text())["signals"] == 0  # nothing was signalled
+
+
+@pytest.mark.parametrize(
+    "bad", ['{"argv": "--port"}', '{"argv": [], "env": {"CUDA_VISIBLE_DEVICES": "1"}}', "nope"]
+)
+def test_a_bad_launch_file_is_refused_before_any_signal(unit: Unit, bad: str) -> None:
+    (server,) = children(unit.proc.pid)
+    unit.launch.write_text(bad)
+    result = unit.relaunch()
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(unit.launch) in lines[0] and "Traceback" not in result.output
+    assert children(unit.proc.pid) == (server,)
+    assert json.loads(unit.state.read_text())["signals"] == 0
+
+
+def test_a_launcher_upgraded_on_disk_needs_a_restart(unit: Unit, tmp_path: Path) -> None:
+    """warmctl upgraded since the unit started: the running launcher is the old code; only a
+    restart runs the new one."""
+    script = tmp_path / "share" / "vllm_launch.py"
+    script.write_text(script.read_text() + "\n# a newer launcher\n")
+    unit.write("--max-num-seqs", "8")
+    result = unit.relaunch("--check")
+    assert result.exit_code == 3, result.output
+    assert "changed since it started (warmctl upgraded)" in result.output
+
+
+def test_a_refusal_after_the_signal_is_the_launchers_line(unit: Unit, monkeypatch) -> None:
+    """The file changed between the check and the SIGHUP (or a hand's `kill -HUP`): the
+    launcher refuses, keeps its server, and relaunch reports its line at once."""
+    from warmctl import relaunch as relaunch_module
+
+    (server,) = children(unit.proc.pid)
+    real_check = relaunch_module.check
+
+    def check_then_break(pid: int, proc: Path = Path("/proc")) -> Any:
+        checked = real_check(pid, proc)
+        unit.launch.write_text('{"argv": 1}')
+        return checked
+
+    monkeypatch.setattr(relaunch_module, "check", check_then_break)
+    result = unit.relaunch()
+    assert result.exit_code == 2, result.output
+    assert f"launcher {unit.proc.pid} refused the relaunch" in result.output
+    assert f"server {server} keeps running" in result.output
+    assert children(unit.proc.pid) == (server,)

@@ -20,10 +20,30 @@ WINDOWED = {
 
 
 def test_launcher_the_instance_wins_over_the_host_default():
-    host = {"vllm_service_launcher": True}
+    host = {"vllm_service_launcher": True, "vllm_preflight_device_kind": "cpu"}
     assert instance_facts({"name": "a"}, host).launcher is True
     assert instance_facts({"name": "a", "launcher": False}, host).launcher is False
-    assert instance_facts({"name": "a"}, {}).launcher is False  # the role's default
+    assert (
+        instance_facts({"name": "a"}, {**host, "vllm_service_launcher": "false"}).launcher is False
+    )
+
+
+@pytest.mark.parametrize(("kind", "on"), [("gpu", True), ("cpu", False)])
+def test_launcher_auto_is_on_for_gpu_hosts_off_for_cpu_hosts(kind, on):
+    """The role's default, auto: the launcher saves 13-16 s of imports per restart on a GPU
+    host; CPU hosts keep plain units unless asked."""
+    base = {"vllm_preflight_device_kind": kind}
+    for host in (base, {**base, "vllm_service_launcher": "auto"}):
+        f = instance_facts({"name": "a"}, host)
+        assert f.launcher is on
+        assert (f.launch_file, f.runtime_dir, f.launch_state) == (
+            ("/etc/vllm/a.launch", "vllm-a", "/run/vllm-a/launcher.json") if on else ("", "", "")
+        )
+        launch = [p for p in f.files if p["template"] == "vllm-instance.launch.j2"]
+        assert [p["path"] for p in launch] == ([f.launch_file] if on else [])
+    assert instance_facts(
+        {"name": "a", "launcher": True}, {"vllm_preflight_device_kind": "cpu"}
+    ).launcher
 
 
 def test_windows_carry_their_level_and_unit_names():
@@ -49,6 +69,7 @@ def test_files_are_what_warmctl_render_writes_and_follow_the_folders():
     assert [p["path"] for p in f.files] == list(render_instance(WINDOWED, host).files)
     assert f.files[0]["path"] == f.unit_file == "/u/vllm-qwen.service"
     assert f.files[1]["path"] == f.env_file == "/c/qwen.env"
+    assert f.files[2]["path"] == f.launch_file == "/c/qwen.launch"  # GPU host: the launcher
     assert f.proxy_conf == "/etc/nginx/conf.d/vllm-qwen.conf"
 
 

@@ -1,17 +1,32 @@
 """Relaunch a server run by the pre-imported launcher (`warmctl/launcher/vllm_launch.py`):
 SIGHUP to the launcher (systemd's $MAINPID), wait until the old server is gone and a new one
-was forked, then the caller warms it. The launcher stays; the unit never leaves `active`."""
+was forked, then the caller warms it. The launcher stays; the unit never leaves `active`.
+
+A launcher started with a launch file (the unit's `--launch-file`) reads it again at the
+relaunch. Before the signal, `check` reads that file and the launcher's state file (its
+`--state-file`) and says whether a relaunch can apply it: a file that is not a launch file is an
+error (exit 2, nothing signalled); a change only a restart applies (a variable vLLM read when the
+launcher imported it, or a launcher script changed on disk since it started: warmctl upgraded)
+exits RESTART_NEEDED, so a deploy restarts the unit instead. After the signal the state file
+proves the new configuration took effect: the launcher handled this SIGHUP, its new server is
+the process that runs now, and it was launched from the launch file as it is on disk.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from warmctl.errors import WarmctlError
+from warmctl.launcher import vllm_launch
+
+RESTART_NEEDED = 3  # exit status: the launcher cannot apply the change, a restart can
 
 
 @dataclass(frozen=True)
@@ -20,6 +35,33 @@ class Relaunched:
     old: tuple[int, ...]  # its server process(es) before
     new: tuple[int, ...]  # after
     seconds: float  # SIGHUP -> the new server forked
+    generation: int = 0  # the launcher's count of servers (0: it keeps no state file)
+    argv: str = ""  # what the new server runs (secrets masked), from the state file
+
+
+@dataclass(frozen=True)
+class LauncherFiles:
+    """What the launcher's command line names (None: not given)."""
+
+    script: str | None
+    launch_file: str | None
+    state_file: str | None
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A launcher that can apply its launch file by a relaunch."""
+
+    files: LauncherFiles
+    state: dict[str, Any] | None  # None: no state file (a launcher without --state-file)
+    launch: vllm_launch.Launch | None  # None: no launch file (it relaunches the same argv)
+
+    @property
+    def current(self) -> bool | None:
+        """Its server runs the launch file as it is on disk (None: no file or no state)."""
+        if self.state is None or self.launch is None:
+            return None
+        return self.state.get("launch_sha256") == self.launch.digest
 
 
 def children(pid: int, proc: Path = Path("/proc")) -> tuple[int, ...]:
@@ -40,12 +82,100 @@ def children(pid: int, proc: Path = Path("/proc")) -> tuple[int, ...]:
     return tuple(sorted(set(found)))
 
 
-def is_launcher(pid: int, proc: Path = Path("/proc")) -> bool:
+def _cmdline(pid: int, proc: Path) -> list[str]:
     try:
-        cmdline = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+        raw = (proc / str(pid) / "cmdline").read_bytes()
     except OSError:
-        return False
-    return any(arg.endswith(b"vllm_launch.py") for arg in cmdline[:3])
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
+
+
+def is_launcher(pid: int, proc: Path = Path("/proc")) -> bool:
+    return any(arg.endswith("vllm_launch.py") for arg in _cmdline(pid, proc)[:3])
+
+
+def launcher_files(pid: int, proc: Path = Path("/proc")) -> LauncherFiles:
+    """The script, launch file and state file of launcher `pid`, from its command line."""
+    argv = _cmdline(pid, proc)
+    script = next((a for a in argv[:3] if a.endswith("vllm_launch.py")), None)
+    found: dict[str, str] = {}
+    i = argv.index(script) + 1 if script else len(argv)
+    while i < len(argv) - 1 and argv[i] != "--":
+        if argv[i] in ("--launch-file", "--state-file"):
+            found[argv[i]] = argv[i + 1]
+            i += 2
+            continue
+        i += 1
+    return LauncherFiles(script, found.get("--launch-file"), found.get("--state-file"))
+
+
+def read_state(path: str) -> dict[str, Any]:
+    """The launcher's state file (vllm_launch.Supervisor.write_state)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise WarmctlError(f"{path}: no launcher state (is the unit running?)") from None
+    except OSError as exc:
+        raise WarmctlError(f"{path}: cannot read the launcher's state: {exc.strerror}") from None
+    except ValueError:
+        raise WarmctlError(f"{path}: the launcher's state is not JSON") from None
+    if not isinstance(doc, dict):
+        raise WarmctlError(f"{path}: the launcher's state is not a JSON object")
+    return doc
+
+
+def _digest(path: str) -> str:
+    try:
+        return vllm_launch.sha256(Path(path).read_bytes())
+    except OSError:
+        return ""
+
+
+def check(pid: int, proc: Path = Path("/proc")) -> Checked:
+    """Can launcher `pid` apply its launch file by a relaunch? Raises WarmctlError: exit 2 for
+    what is not a launcher or a launch file, RESTART_NEEDED for what only a restart applies."""
+    if pid <= 1:
+        raise WarmctlError(f"--pid {pid}: not a launcher process", kind="input")
+    if not is_launcher(pid, proc):
+        raise WarmctlError(
+            f"process {pid} is not the pre-imported launcher (vllm_launch.py): a unit without "
+            "vllm_service_launcher restarts instead",
+            kind="input",
+        )
+    files = launcher_files(pid, proc)
+    if not files.launch_file:
+        return Checked(files, read_state(files.state_file) if files.state_file else None, None)
+    try:
+        launch = vllm_launch.read_launch(files.launch_file)
+    except vllm_launch.LaunchFileError as exc:
+        raise WarmctlError(f"{files.launch_file}: {exc}", kind="input") from None
+    if not files.state_file:
+        return Checked(files, None, launch)
+    state = read_state(files.state_file)
+    if state.get("launcher_pid") != pid:
+        raise WarmctlError(f"{files.state_file}: the state of process {state.get('launcher_pid')}")
+    if files.script and _digest(files.script) != state.get("script_sha256"):
+        raise WarmctlError(
+            f"launcher {pid}: {files.script} changed since it started (warmctl upgraded): "
+            "only a restart runs the new launcher",
+            RESTART_NEEDED,
+            kind="restart",
+        )
+    why = vllm_launch.refusal(state, launch.env)
+    if why:
+        raise WarmctlError(f"{files.launch_file}: {why}", RESTART_NEEDED, kind="restart")
+    return Checked(files, state, launch)
+
+
+def _handled(checked: Checked, before: int) -> dict[str, Any] | None:
+    """The launcher's state once it has handled our SIGHUP, else None."""
+    if not checked.files.state_file:
+        return None
+    try:
+        state = read_state(checked.files.state_file)
+    except WarmctlError:  # being replaced this instant
+        return None
+    return state if int(state.get("signals", 0)) > before else None
 
 
 def relaunch(
@@ -56,15 +186,10 @@ def relaunch(
     on_wait: Callable[[str], None] | None = None,
     interval: float = 0.05,
 ) -> Relaunched:
-    """SIGHUP the launcher `pid`; return once its old server is gone and a new one runs."""
-    if pid <= 1:
-        raise WarmctlError(f"--pid {pid}: not a launcher process", kind="input")
-    if not is_launcher(pid, proc):
-        raise WarmctlError(
-            f"process {pid} is not the pre-imported launcher (vllm_launch.py): a unit without "
-            "vllm_service_launcher restarts instead",
-            kind="input",
-        )
+    """SIGHUP the launcher `pid`; return once its old server is gone and a new one runs (with
+    a state file: the one the launcher forked from the launch file as it is on disk)."""
+    checked = check(pid, proc)
+    before = int((checked.state or {}).get("signals", 0))
     old = children(pid, proc)
     t0 = time.monotonic()
     try:
@@ -77,8 +202,17 @@ def relaunch(
     said = 0.0
     while True:
         now = children(pid, proc)
-        if now and not set(now) & set(old):
+        state = _handled(checked, before)
+        if state is not None and state.get("last") == "refused":
+            raise WarmctlError(
+                f"launcher {pid} refused the relaunch: {state.get('reason')} "
+                f"(server {', '.join(map(str, old))} keeps running)"
+            )
+        fresh = bool(now) and not set(now) & set(old)
+        if fresh and checked.state is None:
             return Relaunched(pid, old, now, time.monotonic() - t0)
+        if fresh and state is not None and state.get("server_pid") in now:
+            return _confirmed(checked, pid, old, now, time.monotonic() - t0, state)
         if time.monotonic() > deadline:
             raise WarmctlError(
                 f"launcher {pid}: no new server {timeout:.0f} s after SIGHUP "
@@ -88,3 +222,22 @@ def relaunch(
             said = time.monotonic()
             on_wait(f"waiting for the old server ({', '.join(map(str, old))}) to stop")
         time.sleep(interval)
+
+
+def _confirmed(
+    checked: Checked,
+    pid: int,
+    old: tuple[int, ...],
+    now: tuple[int, ...],
+    seconds: float,
+    state: dict[str, Any],
+) -> Relaunched:
+    """The new server runs the launch file as it is on disk now, or a one-line error."""
+    path = checked.files.launch_file
+    if path and state.get("launch_sha256") != _digest(path):
+        raise WarmctlError(
+            f"launcher {pid}: the new server (pid {state.get('server_pid')}) runs another "
+            f"version of {path} than the one there now (changed during the relaunch?): reload again"
+        )
+    generation = int(state.get("generation", 0))
+    return Relaunched(pid, old, now, seconds, generation, str(state.get("argv", "")))

@@ -3,7 +3,8 @@
 The same template files the roles use, with the roles' own defaults (`roles/*/defaults/main.yml`)
 and the same filters, so the GPU benchmark and `warmctl render` start vLLM exactly as the unit
 would. `render_instance()` returns the unit and env file text, every timer/window file, and the
-parsed `argv` / `env` of the unit's ExecStart / EnvironmentFile.
+parsed `argv` / `env` of the unit's ExecStart / EnvironmentFile (under the launcher, also its
+launch file's path and variables, and `server_argv`: what the server runs).
 
     from warmctl.render import render_instance
     r = render_instance({"name": "qwen", "model": "/srv/models/qwen", "port": 8001},
@@ -24,6 +25,8 @@ from typing import Any
 from warmctl.calendar import CalendarError, to_oncalendar
 from warmctl.errors import WarmctlError
 from warmctl.facts import instance_facts
+from warmctl.launcher.vllm_launch import parse_launch
+from warmctl.launchfile import launch_env
 from warmctl.roles import role_defaults, templates_dir
 from warmctl.unitfile import env_quote, parse_env_file, systemd_quote, systemd_split, unit_values
 
@@ -53,6 +56,10 @@ class RenderedInstance:
     warmup_argv: list[str]  # the unit's ExecStartPost
     sleep: bool  # vLLM sleep mode on (GPU host and sleep enabled)
     files: dict[str, str] = field(default_factory=dict)  # host path -> text, every file
+    launch_path: str = ""  # the launch file under the launcher ("" without)
+    launch_env: dict[str, str] = field(default_factory=dict)  # the variables it sets
+    # what the server runs: `python -m MODULE ARGS...` (under the launcher, ARGS from its file)
+    server_argv: list[str] = field(default_factory=list)
 
 
 def _combine(base: Mapping[str, Any], *others: Mapping[str, Any], recursive: bool = False) -> dict:
@@ -103,6 +110,7 @@ def _environment() -> Any:
             f"{COLLECTION}.vllm_systemd_quote": systemd_quote,
             f"{COLLECTION}.vllm_env_quote": env_quote,
             f"{COLLECTION}.vllm_oncalendar": _oncalendar,
+            f"{COLLECTION}.vllm_launch_env": launch_env,
         }
     )
     return env
@@ -199,6 +207,12 @@ def render_instance(
     posts = [p for p in unit_values(unit_text, "Service", "ExecStartPost") if not p.startswith("+")]
     if len(starts) != 1 or len(posts) != 1:
         raise RenderError(f"{unit_name}: expected one ExecStart and one warmup ExecStartPost")
+    argv = systemd_split(starts[0])
+    server_argv, launch_env = argv, {}
+    if facts["launch_file"]:
+        launch = parse_launch(files[facts["launch_file"]].encode())
+        module = argv[argv.index("--") + 1 :]  # `-m MODULE`
+        server_argv, launch_env = [argv[0], *module, *launch.args], launch.env
     return RenderedInstance(
         name=name,
         device=variables[DEVICE_KEY],
@@ -206,9 +220,12 @@ def render_instance(
         unit_text=unit_text,
         env_path=env_path,
         env_text=env_text,
-        argv=systemd_split(starts[0]),
+        argv=argv,
         env=parse_env_file(env_text),
         warmup_argv=systemd_split(posts[0]),
-        sleep="--enable-sleep-mode" in systemd_split(starts[0]),
+        sleep="--enable-sleep-mode" in server_argv,
         files=files,
+        launch_path=facts["launch_file"],
+        launch_env=launch_env,
+        server_argv=server_argv,
     )

@@ -140,10 +140,18 @@ class Config:
         rendered = render_for_bench(self, site)
         env = {**base, **rendered.env}
         dirs["cache"] = self.cache_dir(site)
+        argv = list(rendered.argv)
+        if rendered.launch_path:  # the launcher reads its launch file, as the unit's does
+            launch_file = Path(rendered.launch_path)
+            launch_file.parent.mkdir(parents=True, exist_ok=True)
+            launch_file.write_text(rendered.files[rendered.launch_path])
+            # no /run/vllm-NAME outside systemd: the launcher's state goes to this start's tmp
+            argv[argv.index("--state-file") + 1] = str(tmp / "launcher.json")
+        server_env = {**env, **rendered.launch_env}
         return Launch(
-            LaunchSpec(list(rendered.argv), env, listen_url(rendered.argv, site.base_url)),
+            LaunchSpec(argv, env, listen_url(rendered.server_argv, site.base_url)),
             list(rendered.warmup_argv),
-            env.get("VLLM_SERVER_DEV_MODE") == "1" and "--enable-sleep-mode" in rendered.argv,
+            server_env.get("VLLM_SERVER_DEV_MODE") == "1" and rendered.sleep,
             dirs,
         )
 
@@ -165,6 +173,7 @@ class Config:
         if self.compilation_config:
             inst["compilation_config"] = dict(self.compilation_config)
         inst.update(self.instance_extra)
+        inst.setdefault("launcher", False)  # B and C: the plain unit; L asks for the launcher
         if site.extra_args or inst.get("extra_args"):
             inst["extra_args"] = [*site.extra_args, *inst.get("extra_args", [])]
         if site.extra_env:  # the machine's env, under the configuration's own
@@ -178,6 +187,8 @@ class Config:
             "vllm_install_venv": str(site.venv),
             "vllm_install_warmctl_venv": str(site.warmctl_venv),
             "vllm_install_cache_dir": str(self.cache_dir(site)),
+            # where a launcher configuration's launch file goes (the unit's: /etc/vllm)
+            "vllm_service_config_dir": str(site.workdir / self.key / "etc"),
         }
 
 

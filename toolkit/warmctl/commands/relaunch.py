@@ -1,4 +1,4 @@
-"""`warmctl relaunch HOST --main-pid PID`"""
+"""`warmctl relaunch HOST --main-pid PID [--check]`"""
 
 from __future__ import annotations
 
@@ -12,6 +12,13 @@ from warmctl.warmup_cli import warmup_kwargs, warmup_options
 @host_options()
 @warmup_options
 @textfile_options
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Only say whether a relaunch can apply the launch file (signal nothing): exit 0 yes, "
+    "3 a restart is needed (one line why), 2 error.",
+)
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -19,6 +26,7 @@ def command(
     as_json: bool,
     textfile_dir: str | None,
     instance_name: str | None,
+    check_only: bool,
     **options: object,
 ) -> None:
     """Replace a server run by the pre-imported launcher, then warm it.
@@ -27,17 +35,24 @@ def command(
     systemd's $MAINPID), which stops the
     server and forks a new one from its already imported vLLM (no Python imports: on an H200,
     relaunch to warm took 19-21 s against 33-38 s for a primed restart); then the same warmup as the
-    unit's ExecStartPost. HOST is the one server behind the launcher. The unit stays active;
-    a config change of the unit or its env still needs a restart.
+    unit's ExecStartPost. HOST is the one server behind the launcher. The unit stays active.
 
-    Exit status: 0 when the new server is warm, 2 on any error.
+    A launcher started with a launch file reads it again: the new server runs the file's vLLM
+    arguments and VLLM_* variables. Before the signal the file is checked (one line and nothing
+    signalled when it is not a launch file, or when only a restart can apply it: a variable
+    vLLM read at import, a launcher upgraded on disk); after it, the launcher's state file must
+    show the new server launched from the file as it is now. A change of the unit or its env
+    file still needs a restart.
+
+    Exit status: 0 when the new server is warm, 3 when only a restart can apply the change
+    (nothing was signalled), 2 on any other error.
     """
 
     def body() -> int:
         from warmctl.client import Client
         from warmctl.options import check_instance_name, write_metrics
         from warmctl.output import console, emit_json, error_line
-        from warmctl.relaunch import relaunch
+        from warmctl.relaunch import check, relaunch
         from warmctl.warmup import warmup
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
@@ -51,6 +66,22 @@ def command(
             return 2
         check_instance_name(instance_name, targets)
         (target,) = targets
+        if check_only:
+            checked = check(pid)
+            state = checked.state or {}
+            what = checked.files.launch_file or "the same arguments"
+            if as_json:  # what it runs now, from its state file (the role's report)
+                doc = {"target": target.label, "launcher_pid": pid, "can_relaunch": True,
+                       "launch_file": checked.files.launch_file,
+                       "generation": state.get("generation"), "argv": state.get("argv"),
+                       "runs_launch_file": checked.current}  # fmt: skip
+                emit_json("relaunch", [doc], 0)
+            else:
+                console().print(
+                    f"{target.label}: launcher {pid} (generation {state.get('generation', '?')}) "
+                    f"can relaunch with {what}"
+                )
+            return 0
         err = console(stderr=True)
         done = relaunch(pid, float(kwargs["ready_timeout"]), on_wait=None if as_json else err.print)
         report = warmup(Client(target, api_key, timeout), **kwargs)
@@ -61,6 +92,8 @@ def command(
             "old_server_pids": list(done.old),
             "new_server_pids": list(done.new),
             "relaunch_s": round(done.seconds, 3),
+            "generation": done.generation or None,
+            "argv": done.argv or None,
             "warmup": report.to_dict(),
         }
         if as_json:
@@ -68,7 +101,8 @@ def command(
             return code
         console().print(
             f"{target.label}: relaunched in {done.seconds:.1f} s (server "
-            f"{','.join(map(str, done.old)) or '-'} -> {','.join(map(str, done.new))}), "
+            f"{','.join(map(str, done.old)) or '-'} -> {','.join(map(str, done.new))}"
+            f"{f', generation {done.generation}' if done.generation else ''}), "
             f"warm {report.total_s:.1f} s later"
         )
         if code:

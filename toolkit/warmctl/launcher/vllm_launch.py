@@ -1,6 +1,7 @@
 """Pre-imported vLLM: import vLLM once, then fork the server from the imported interpreter.
 
-    PYTHON vllm_launch.py [--preload MODULE]... [--stop-timeout S] -- -m MODULE ARGS...
+    PYTHON vllm_launch.py [--preload MODULE]... [--stop-timeout S]
+        [--launch-file PATH] [--state-file PATH] -- -m MODULE [ARGS...]
 
 runs `PYTHON -m MODULE ARGS...` (e.g. `-m vllm.entrypoints.cli.main serve MODEL ...`) in a
 child forked after MODULE, vLLM's OpenAI API server and its engine core have been imported.
@@ -11,6 +12,35 @@ every vLLM start on an H200 host). The launcher stays the unit's main process: s
 supervises it, its sandbox and cgroup hold every child, SIGTERM stops the server and then the
 launcher, and a server that exits on its own takes the launcher with it (exit status passed
 on), so `Restart=` still applies.
+
+A configuration change is a relaunch (--launch-file): the server's ARGS and the vLLM variables
+it may change come from the launch file, read again at every (re)launch; the command line then
+names only MODULE, what is imported once. The file: comment lines (`#`), then one JSON object,
+`{"argv": [ARG, ...], "env": {"VLLM_NAME": "value", ...}}`. What may change by relaunch, and why
+(the line a deploy draws between a reload and a restart):
+  - the arguments: vLLM parses them in the server, after the fork;
+  - variables named VLLM_*: vLLM reads its own variables through `vllm.envs`, whose module
+    `__getattr__` reads os.environ at each access (its cache, `enable_envs_cache()`, is switched
+    on by the EngineCore, after the fork), so the server sees a new value; except a variable
+    that vLLM read while the launcher imported it (a module-level read: vLLM's logging, the dev
+    mode's routes, ...): the launcher records every os.environ lookup its imports make (a scan
+    of the whole environment, as tqdm's for its own prefix, is no lookup) and refuses a
+    relaunch that would change one of those (ENV_IMPORTED in the state file);
+  - nothing else: other variables are read by Python libraries at import (huggingface_hub,
+    transformers, torch's inductor settings) or by native code at load (CUDA, OpenMP), where
+    the launcher cannot see or redo the read. They belong to the unit's environment file, and
+    their change restarts the unit, as does a change of MODULE, the interpreter or the unit.
+A launch file that cannot be read, is not that shape or names another variable is refused with
+one line and the old server keeps running (at the first start it is fatal: exit 2). The first
+start sets the file's variables in the launcher's own environment before the imports, so the
+imports see what a plain start would.
+
+--state-file: after each start and each SIGHUP the launcher writes what it runs there (JSON: its
+pid and script digest, the generation, the server's pid, its argv with vLLM's secret arguments
+masked, the launch file's digest, digests of the applied variables, the VLLM_* names its imports
+read, the SIGHUPs handled and the last one's outcome); `warmctl relaunch` checks the new server
+against it. Secrets: no value is written or logged but the argv, whose --api-key, --hf-token and
+--watermark-config values are masked as vLLM masks them in its own log.
 
 Fork safety: the launcher never initialises CUDA (checked before each fork: a relaunch that
 finds CUDA initialised refuses), the same state vLLM's API process is in when it forks its
@@ -23,17 +53,25 @@ DeprecationWarning; any other thread, one line naming them and Python's warning 
 Standard library only: this runs with vLLM's interpreter, not warmctl's.
 """
 
+from __future__ import annotations
+
 import atexit
 import contextlib
+import hashlib
 import importlib
+import json
 import os
+import re
 import runpy
+import shlex
 import signal
 import sys
 import threading
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
+from typing import NamedTuple
 
 # Python put this script's folder first on sys.path; nothing there is for the server
 if (
@@ -55,51 +93,226 @@ SAFE_THREADS: dict[str, str] = {}
 HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+# the variables a launch file may set: vLLM's own, read through vllm.envs at each access
+RELAUNCH_ENV = re.compile(r"^VLLM_[A-Za-z0-9_]+$")
+# vLLM's arguments whose value it masks in its own log (_SENSITIVE_ARG_FIELDS): masked here too
+SECRET_ARGS = ("--api-key", "--hf-token", "--watermark-config")
+LAUNCH_KEYS = ("argv", "env")
 
 
 class UsageError(Exception):
     pass
 
 
+class LaunchFileError(Exception):
+    """A launch file that cannot be applied: str() is one line."""
+
+
+class Options(NamedTuple):
+    preload: list[str]
+    stop_timeout: float
+    module: str
+    args: list[str]
+    launch_file: str | None = None
+    state_file: str | None = None
+
+
+class Launch(NamedTuple):
+    """What one (re)launch runs: the server's arguments and the variables the launcher sets.
+    (No dataclasses here: a test loads this script as a module without registering it.)"""
+
+    args: list[str]
+    env: dict[str, str]
+    digest: str = ""  # sha256 of the launch file's bytes ("" without a file)
+
+
 def say(text: str) -> None:
     print(f"{PREFIX} {text}", file=sys.stderr, flush=True)
 
 
-def parse(argv: list[str]) -> tuple[list[str], float, str, list[str]]:
-    """(preload modules, stop timeout, module to run, its arguments)."""
+_VALUED = ("--preload", "--stop-timeout", "--launch-file", "--state-file")
+
+
+def parse(argv: list[str]) -> Options:
+    """The command line: options, then `-- -m MODULE [ARGS...]` (no ARGS with --launch-file)."""
     preload: list[str] = []
+    values: dict[str, str] = {}
     stop_timeout = 90.0
     i = 0
     while i < len(argv) and argv[i] != "--":
         opt = argv[i]
-        if opt in ("--preload", "--stop-timeout") and i + 1 < len(argv):
+        if opt in _VALUED and i + 1 < len(argv):
             if opt == "--preload":
                 preload.append(argv[i + 1])
-            else:
+            elif opt == "--stop-timeout":
                 try:
                     stop_timeout = float(argv[i + 1])
                 except ValueError:
                     raise UsageError(f"--stop-timeout: not a number: {argv[i + 1]!r}") from None
+            else:
+                values[opt] = argv[i + 1]
             i += 2
             continue
         raise UsageError(f"unknown option {opt!r}")
     rest = argv[i + 1 :]
     if len(rest) < 2 or rest[0] != "-m" or not rest[1]:
         raise UsageError("expected: [--preload MODULE]... -- -m MODULE ARGS...")
-    return preload or list(DEFAULT_PRELOAD), stop_timeout, rest[1], rest[2:]
+    launch_file = values.get("--launch-file")
+    if launch_file and rest[2:]:
+        raise UsageError("with --launch-file the server's arguments come from the file alone")
+    return Options(
+        preload or list(DEFAULT_PRELOAD),
+        stop_timeout,
+        rest[1],
+        rest[2:],
+        launch_file,
+        values.get("--state-file"),
+    )
 
 
-def preload(module: str, extra: list[str]) -> float:
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def parse_launch(data: bytes) -> Launch:
+    """A launch file's bytes: comment lines (`#`), then `{"argv": [...], "env": {...}}`."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LaunchFileError("not UTF-8 text") from None
+    body = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise LaunchFileError(f"not JSON after its comment lines: {exc}") from None
+    if not isinstance(doc, dict) or "argv" not in doc:
+        raise LaunchFileError('expected one object {"argv": [...], "env": {...}}')
+    unknown = sorted(set(doc) - set(LAUNCH_KEYS))
+    if unknown:
+        raise LaunchFileError(f"unknown key(s) {', '.join(map(repr, unknown))}")
+    args, env = doc["argv"], doc.get("env", {})
+    if not isinstance(args, list) or not all(isinstance(a, str) and "\0" not in a for a in args):
+        raise LaunchFileError("argv must be a list of strings")
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise LaunchFileError("env must map names to strings")
+    for name in env:
+        if not RELAUNCH_ENV.match(name):
+            raise LaunchFileError(
+                f"env {name!r}: a launch file sets vLLM's own variables (VLLM_*) only; "
+                "other variables belong to the unit's environment file"
+            )
+        if "\0" in env[name]:
+            raise LaunchFileError(f"env {name}: a NUL character")
+    return Launch(list(args), dict(env), sha256(data))
+
+
+def read_launch(path: str) -> Launch:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise LaunchFileError(f"cannot read it: {exc.strerror or exc}") from None
+    return parse_launch(data)
+
+
+def env_digests(env: dict[str, str]) -> dict[str, str]:
+    """Digests of the variables' values: what the state file says instead of the values."""
+    return {name: sha256(value.encode()) for name, value in sorted(env.items())}
+
+
+def refusal(state: dict, env: dict[str, str]) -> str | None:
+    """Why the launcher that wrote `state` cannot apply `env` by a relaunch, or None: a changed
+    (set, unset, new value) variable that vLLM read while the launcher imported it."""
+    before = state.get("env_sha256") or {}
+    after = env_digests(env)
+    changed = {n for n in set(before) | set(after) if before.get(n) != after.get(n)}
+    hit = sorted(changed & set(state.get("env_imported") or ()))
+    if not hit:
+        return None
+    return (
+        f"{', '.join(hit)} changed, and vLLM read {'it' if len(hit) == 1 else 'them'} when the "
+        "launcher imported vLLM: only a restart applies that"
+    )
+
+
+def shown(module: str, args: list[str]) -> str:
+    """The server's command line for the log and the state file, secrets masked."""
+    out: list[str] = []
+    mask = False
+    for arg in args:
+        if mask:
+            out.append("***")
+            mask = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if flag in SECRET_ARGS:
+            if eq:
+                out.append(f"{flag}=***")
+            else:
+                out.append(arg)
+                mask = True
+            continue
+        out.append(arg)
+    return shlex.join(["-m", module, *out])
+
+
+class EnvReads:
+    """While active: the names looked up in os.environ (`os.environ[...]`, `.get`, `in`,
+    os.getenv), not the names a scan of the whole environment touches: an iteration (tqdm's
+    search for its own prefix at import) or a copy (`dict(os.environ)`, `.copy()`: Python lists
+    the keys, then reads each in that order) reads no particular variable."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self._scans = 0
+        self._sweep: list[str] = []  # the keys a finished iteration listed, still to be read
+
+    def __enter__(self) -> EnvReads:
+        cls = type(os.environ)
+        self._getitem, self._iter = cls.__getitem__, cls.__iter__
+        reads = self
+
+        def getitem(env: os._Environ[str], key: str) -> str:
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            if reads._sweep and reads._sweep[0] == name:
+                reads._sweep.pop(0)  # a copy reading what it listed
+            elif not reads._scans:
+                reads._sweep = []
+                reads.names.add(name)
+            return reads._getitem(env, key)
+
+        def scan(env: os._Environ[str]) -> Iterator[str]:
+            reads._scans += 1
+            listed: list[str] = []
+            try:
+                for name in reads._iter(env):
+                    listed.append(name)
+                    yield name
+            finally:
+                reads._scans -= 1
+            reads._sweep = listed  # listed to the end: a copy reads them next
+
+        cls.__getitem__, cls.__iter__ = getitem, scan  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        cls = type(os.environ)
+        cls.__getitem__, cls.__iter__ = self._getitem, self._iter  # type: ignore[method-assign]
+
+
+def preload(module: str, extra: list[str]) -> tuple[float, set[str]]:
     """Import the module the server runs (its failure is the server's: fatal) and what it
-    will import (a missing one only costs the server the import: said, not fatal)."""
+    will import (a missing one only costs the server the import: said, not fatal); with the
+    variables the imports looked up."""
     t = time.monotonic()
-    importlib.import_module(module)
-    for name in extra:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:
-            say(f"not preloaded: {name} ({exc.__class__.__name__}: {exc})")
-    return time.monotonic() - t
+    with EnvReads() as reads:
+        importlib.import_module(module)
+        for name in extra:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:
+                say(f"not preloaded: {name} ({exc.__class__.__name__}: {exc})")
+    return time.monotonic() - t, reads.names
 
 
 def cuda_initialised() -> bool:
@@ -123,8 +336,9 @@ def _die_with_launcher() -> None:
         pass
 
 
-def _child(module: str, args: list[str]) -> None:
-    """In the forked child: become the server. Never returns."""
+def _child(module: str, args: list[str], env: dict[str, str | None]) -> None:
+    """In the forked child: become the server (`env`: variables to set, None: to unset).
+    Never returns."""
     code = 1
     try:
         os.setpgid(0, 0)  # its own group: a relaunch waits for all of it
@@ -132,6 +346,11 @@ def _child(module: str, args: list[str]) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         for sig in HANDLED:
             signal.signal(sig, signal.SIG_DFL)
+        for name, value in env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         sys.argv = [module, *args]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = 0
@@ -196,7 +415,7 @@ def report_threads(alive: list[str]) -> None:
     say(f"forked the server with {len(alive)} other thread(s) alive ({names}): safe because {why}")
 
 
-def start(module: str, args: list[str]) -> int:
+def start(module: str, args: list[str], env: dict[str, str | None] | None = None) -> int:
     if cuda_initialised():
         raise RuntimeError("CUDA is initialised in the launcher: forking the server is unsafe")
     sys.stdout.flush()
@@ -205,7 +424,7 @@ def start(module: str, args: list[str]) -> int:
         warnings.filterwarnings("ignore", message=FORK_WARNING, category=DeprecationWarning)
         pid = os.fork()
     if pid == 0:
-        _child(module, args)
+        _child(module, args, env or {})
     report_threads(other_threads())  # what Python's warning counts: alive after the fork
     return pid
 
@@ -275,50 +494,136 @@ def stop(pid: int, timeout: float) -> tuple[int, float]:
     return status_code(status), time.monotonic() - t
 
 
-def supervise(module: str, args: list[str], stop_timeout: float) -> int:
-    generation = 1
-    pid = start(module, args)
-    say(f"server started (pid {pid}, generation {generation})")
+class Supervisor:
+    """The server of each generation, what it was launched with, and the state file."""
+
+    def __init__(self, opts: Options, first: Launch, imported: set[str]) -> None:
+        self.opts = opts
+        self.base = dict(first.env)  # in the launcher's own environment since before the imports
+        self.launch = first
+        self.state: dict = {
+            "launcher_pid": os.getpid(),
+            "script": os.path.realpath(__file__),
+            "script_sha256": _file_digest(__file__),
+            "launch_file": opts.launch_file,
+            "env_imported": sorted(n for n in imported if RELAUNCH_ENV.match(n)),
+            "signals": 0,
+        }
+        self.generation = 0
+        self.pid = 0
+
+    def run(self, launch: Launch) -> None:
+        """Fork the next generation's server with `launch` (the old one is stopped)."""
+        env: dict[str, str | None] = {n: None for n in self.base if n not in launch.env}
+        env.update({n: v for n, v in launch.env.items() if self.base.get(n) != v})
+        self.pid = start(self.opts.module, launch.args, env)
+        self.generation += 1
+        self.launch = launch
+        self.state.update(
+            generation=self.generation,
+            server_pid=self.pid,
+            argv=shown(self.opts.module, launch.args),
+            launch_sha256=launch.digest,
+            env_sha256=env_digests(launch.env),
+        )
+
+    def next_launch(self) -> tuple[Launch | None, str]:
+        """What a SIGHUP relaunches with, or None and why it cannot."""
+        if not self.opts.launch_file:
+            return self.launch, ""
+        try:
+            launch = read_launch(self.opts.launch_file)
+        except LaunchFileError as exc:
+            return None, f"{self.opts.launch_file}: {exc}"
+        why = refusal(self.state, launch.env)
+        return (None, why) if why else (launch, "")
+
+    def write_state(self, outcome: str, reason: str = "") -> None:
+        if not self.opts.state_file:
+            return
+        self.state.update(last=outcome, reason=reason)
+        path = self.opts.state_file
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.state, f, sort_keys=True)
+                f.write("\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            say(f"cannot write the state file {path}: {exc.strerror or exc}")
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    def started(self) -> str:
+        argv = self.state["argv"]
+        return f"server started (pid {self.pid}, generation {self.generation}): {argv}"
+
+
+def _file_digest(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return sha256(f.read())
+    except OSError:
+        return ""
+
+
+def supervise(sup: Supervisor) -> int:
+    sup.run(sup.launch)
+    say(sup.started())
+    sup.write_state("started")
+    stop_timeout = sup.opts.stop_timeout
     while True:
         info = signal.sigwaitinfo(HANDLED)
         sig = info.si_signo
         if sig == signal.SIGCHLD:
             try:
-                done, status = os.waitpid(pid, os.WNOHANG)
+                done, status = os.waitpid(sup.pid, os.WNOHANG)
             except ChildProcessError:
-                done, status = pid, 0
+                done, status = sup.pid, 0
             reap_others()
-            if done == pid:  # the server ended by itself: so does the launcher
+            if done == sup.pid:  # the server ended by itself: so does the launcher
                 code = status_code(status)
-                if group_alive(pid):
-                    stop(pid, stop_timeout)
+                if group_alive(sup.pid):
+                    stop(sup.pid, stop_timeout)
                 say(f"server exited with status {code}")
                 return code
             continue
         if sig == signal.SIGHUP:
-            if cuda_initialised():
-                say("relaunch refused: CUDA is initialised in the launcher")
+            sup.state["signals"] += 1
+            launch, why = sup.next_launch()
+            if launch is None or cuda_initialised():
+                why = why or "CUDA is initialised in the launcher"
+                say(
+                    f"relaunch refused: {why}; the server (pid {sup.pid}, generation "
+                    f"{sup.generation}) keeps running"
+                )
+                sup.write_state("refused", why)
                 continue
-            code, took = stop(pid, stop_timeout)
-            generation += 1
-            pid = start(module, args)
-            say(
-                f"relaunch: old server stopped in {took:.2f} s (status {code}); "
-                f"server started (pid {pid}, generation {generation})"
-            )
+            code, took = stop(sup.pid, stop_timeout)
+            sup.run(launch)
+            say(f"relaunch: old server stopped in {took:.2f} s (status {code}); {sup.started()}")
+            sup.write_state("relaunched")
             continue
         # SIGTERM / SIGINT: stop the server, then the launcher
-        code, took = stop(pid, stop_timeout)
+        code, took = stop(sup.pid, stop_timeout)
         say(f"stopped the server in {took:.2f} s (status {code})")
         return 0
 
 
 def main(argv: list[str]) -> int:
     try:
-        modules, stop_timeout, module, args = parse(argv)
+        opts = parse(argv)
     except UsageError as exc:
         say(str(exc))
         return 2
+    first = Launch(opts.args, {})
+    if opts.launch_file:
+        try:
+            first = read_launch(opts.launch_file)
+        except LaunchFileError as exc:
+            say(f"{opts.launch_file}: {exc}")
+            return 2
+        os.environ.update(first.env)  # the imports see what a plain start would
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
     try:
         import ctypes
@@ -326,15 +631,15 @@ def main(argv: list[str]) -> int:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
     except (OSError, AttributeError):
         pass
-    extra = [m for m in modules if m != module]
+    extra = [m for m in opts.preload if m != opts.module]
     try:
-        took = preload(module, extra)
+        took, imported = preload(opts.module, extra)
     except Exception as exc:  # the server itself would fail the same way: say it once
-        say(f"cannot import {module}: {exc.__class__.__name__}: {exc}")
+        say(f"cannot import {opts.module}: {exc.__class__.__name__}: {exc}")
         return 1
-    say(f"imported {', '.join([module, *extra])} in {took:.2f} s ({len(sys.modules)} modules)")
+    say(f"imported {', '.join([opts.module, *extra])} in {took:.2f} s ({len(sys.modules)} modules)")
     try:
-        return supervise(module, args, stop_timeout)
+        return supervise(Supervisor(opts, first, imported))
     except RuntimeError as exc:
         say(str(exc))
         return 1

@@ -87,9 +87,20 @@ DEFAULT_PRELOAD = ("vllm.entrypoints.openai.api_server", "vllm.v1.engine.core")
 # Python's warning (3.12+) when a process with more than one thread forks
 FORK_WARNING = r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
 # Threads shown safe to fork with, by name (a Python thread's name; a native one's comm): why.
-# None is needed with vLLM's CPU build (its only other threads, OpenBLAS's pools, are stopped by
-# OpenBLAS's own pthread_atfork handler before each fork); add an entry only with its proof.
-SAFE_THREADS: dict[str, str] = {}
+# vLLM's CPU build needs none (its only other threads, OpenBLAS's pools, are stopped by
+# OpenBLAS's own pthread_atfork handler before each fork). On an H200 host two are alive at the
+# fork (docs/GPU-E2E.md, tests/gpu/fork_threads.py): Arrow's jemalloc background thread,
+# started by `import pyarrow.lib`, below; and `cuda00001800007`, started by vLLM's platform probe
+# (pynvml.nvmlInit at the import of vllm.platforms.cuda), waiting in poll() at the fork: NVML is
+# closed source, so it is named, not declared safe. Add an entry only with its proof.
+SAFE_THREADS: dict[str, str] = {
+    "jemalloc_bg_thd": (
+        "jemalloc's background thread: jemalloc's own pthread_atfork handlers take every "
+        "jemalloc mutex (the background threads' included) before the fork and reset the "
+        "background-thread state in the child (jemalloc_prefork, jemalloc_postfork_child, "
+        "background_thread_postfork_child)"
+    ),
+}
 HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36

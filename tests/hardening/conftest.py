@@ -35,3 +35,14 @@ def one_error_line(result, *needles: str, code: int = 2) -> str:
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+@pytest.fixture(scope="module")
+def nginx_bin() -> str:
+    """A real nginx for the proxy, wake and LB tests (installed with apt-get when root)."""
+    from tests.hardening.proxy_support import ensure_nginx
+
+    found = ensure_nginx()
+    if not found:
+        pytest.skip("nginx is not installed and cannot be installed here (needs root + apt-get)")
+    return found

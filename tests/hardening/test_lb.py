@@ -19,16 +19,8 @@ import requests
 
 from tests.double.server import VllmDouble, wait_until
 from tests.hardening.fleet_load import RotationWatch, StreamLoad
-from tests.hardening.proxy_support import Nginx, ensure_nginx, free_port, lb_config, render_proxy
+from tests.hardening.proxy_support import Nginx, free_port, lb_config, render_proxy
 from tests.waker.support import GateFiles, PathUnits, Waker
-
-
-@pytest.fixture(scope="module")
-def nginx_bin() -> str:
-    found = ensure_nginx()
-    if not found:
-        pytest.skip("nginx is not installed and cannot be installed here (needs root + apt-get)")
-    return found
 
 
 @dataclass

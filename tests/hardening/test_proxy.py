@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from tests.double import wait_until
-from tests.hardening.proxy_support import Nginx, ensure_nginx, free_port, render_proxy
+from tests.hardening.proxy_support import Nginx, free_port, render_proxy
 from warmctl.errors import WarmctlError
 
 TOKEN = "s3cret-token-0123456789"
@@ -38,14 +38,6 @@ DEV_ROUTES = [
     ("GET", "/openapi.json"),
     ("GET", "/"),
 ]
-
-
-@pytest.fixture(scope="module")
-def nginx_bin() -> str:
-    found = ensure_nginx()
-    if not found:
-        pytest.skip("nginx is not installed and cannot be installed here (needs root + apt-get)")
-    return found
 
 
 def self_signed(root: Path) -> tuple[str, str]:

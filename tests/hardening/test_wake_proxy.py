@@ -17,19 +17,11 @@ import pytest
 import requests
 
 from tests.double import VllmDouble, wait_until
-from tests.hardening.proxy_support import Nginx, ensure_nginx, free_port, render_proxy
+from tests.hardening.proxy_support import Nginx, free_port, render_proxy
 from tests.hardening.test_proxy import DEV_ROUTES, TOKEN
 from tests.waker.support import GateFiles, Held, PathUnits, Waker
 
 BODY = {"model": "double-model", "prompt": "hello", "max_tokens": 5, "stream": True}
-
-
-@pytest.fixture(scope="module")
-def nginx_bin() -> str:
-    found = ensure_nginx()
-    if not found:
-        pytest.skip("nginx is not installed and cannot be installed here (needs root + apt-get)")
-    return found
 
 
 def wake_instance(port: int, awake_port: int = 0, **extra: Any) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from e2e_support import (
     warmctl,
     xfail_if_known_reinstall,
 )
+from tests.lib.journal import error_lines
 from tests.lib.testhosts import DEFAULT_PORT, VERIFY_MAX_RATIO, Fleet, Host
 
 # what `warmctl warmup` (ExecStartPost) logs when the server is warm
@@ -385,9 +386,13 @@ def test_5c_a_deploy_that_changes_only_vllms_arguments_reloads(lab: Lab, deploye
 def test_8_no_error_line_in_the_servers_journal_from_what_warmctl_sent(lab: Lab, deployed: PlayRun):
     """Across the deploys, warmups, verifies, the timers' stops and starts and the relaunch
     above, vLLM logged no ERROR line: nothing warmctl sends is refused (a refused request is an
-    ERROR line in the unit's journal, and operators alert on those)."""
+    ERROR line in the unit's journal, and operators alert on those).
+    (vLLM's own shutdown race, vllm#48745, is set apart by tests/lib/journal.py: printed, not
+    counted.)"""
     fleet = lab.fleet
     for host in fleet.hosts:
         log = fleet.ssh(host, f"journalctl -u {UNIT} --no-pager -o cat", check=False).stdout
-        errors = [line for line in log.splitlines() if re.search(r"\bERROR\b", line)]
+        errors, raced = error_lines(log)
+        if raced:
+            print(f"{host.name}: vLLM's shutdown race (vllm#48745), {len(raced)} lines: {raced[0]}")
         assert not errors, f"{host.name}: " + "\n".join(errors[:10])

@@ -363,3 +363,24 @@ def test_a_stop_signals_the_main_process_alone(name: str) -> None:
     # signalled or not, vLLM's default abort logged "AsyncLLM output_handler failed" as an ERROR)
     i = r.server_argv.index("--shutdown-timeout")
     assert r.server_argv[i + 1] == "10"
+
+
+@pytest.mark.parametrize("result", ["success", "exit-code", "timeout"])
+def test_a_failed_request_wake_leaves_the_cpu_instance_asleep(tmp_path: Path, result: str) -> None:
+    """The CPU request wake is a start: when it fails, the unit is stopped (its own
+    Restart=on-failure would start the broken server again behind the waker's back), before the
+    waker sees its request file go and refuses the held requests."""
+    calls = tmp_path / "calls"
+    stub = tmp_path / "systemctl"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    stub.chmod(0o755)
+    instance, host = MATRIX["cpu-idle"]
+    r = render_instance(instance, {**host, "vllm_schedule_systemctl": str(stub)})
+    wake = r.files["/etc/systemd/system/vllm-tiny-wake-request.service"]
+    posts = unit_values(wake, "Service", "ExecStopPost")
+    assert posts[-1].startswith("-+/bin/rm -f ") and posts[-1].endswith("tiny.wake-request")
+    stop = posts[0].replace("$$", "$")  # systemd passes "$$" on as "$"
+    proc = run_exec(stop, env={"SERVICE_RESULT": result, "PATH": os.environ["PATH"]})
+    assert proc.returncode == 0, proc.stderr
+    stopped = calls.read_text().split("\n")[:-1] if calls.exists() else []
+    assert stopped == ([] if result == "success" else ["stop vllm-tiny.service"])

@@ -218,3 +218,23 @@ def test_restart_met_at_a_quarter_and_correctness_verdicts():
     loads[0]["counts"] = {**counts, "cut": 1, "completed": 9}
     by = {x.target: x for x in evaluate(doc)}
     assert by["sleep under load (16 streaming clients)"].met is False
+
+
+def test_relaunch_judged_at_a_tenth_and_the_primed_restart_at_a_quarter():
+    """Issue 25: under the launcher both are judged, each against A's cold start."""
+    launched = step("R", "restart", warm=24.0)
+    launched["relaunch"] = {"warm_s": 9.5, "ready_s": 7.0}
+    doc = {"steps": [step("A", "cold", ready=100.0, warm=100.0), launched]}
+    by = {(x.target, x.config): x for x in evaluate(doc)}
+    restart = by[("restart to warm / plain vLLM cold start", "R")]
+    relaunch = by[("relaunch to warm / plain vLLM cold start", "R")]
+    assert (restart.met, restart.limit) == (True, "<= 25%")
+    assert (relaunch.met, relaunch.limit, relaunch.measured) == (
+        True,
+        "<= 10%",
+        "9.5 s / 100.0 s = 10%",
+    )
+    launched["relaunch"]["warm_s"] = 18.0
+    by = {(x.target, x.config): x for x in evaluate(doc)}
+    assert by[("relaunch to warm / plain vLLM cold start", "R")].met is False  # 18 %: not 25 %
+    assert ("relaunch to warm / plain vLLM cold start", "B") not in by  # no launcher, no relaunch

@@ -15,7 +15,11 @@ L  B with `launcher: true`: the unit runs vLLM under the pre-imported launcher
    (`warmctl/launcher/vllm_launch.py`), which imports vLLM once and forks the server; with
    `+relaunch` the plan also measures a relaunch (SIGHUP, as the unit's ExecReload sends: the
    server is replaced from the already imported interpreter).
-   W, V, S and L share B's cache dir and HOME, so their first start is a primed restart.
+R  L with vLLM's own start-up levers (`RESTART_LEVERS`: the compiled graph as one AOT artifact,
+   the memory profile replayed from a recorded start-up plan), set in the instance's `env` as
+   an operator would: what they take off a primed restart and a relaunch.
+   W, V, S, L and R share B's cache dir and HOME, so their first start is a primed restart
+   (R's first compiles its one artifact: R's later starts are the ones to read).
 C  B with levers changed: the CUDA-graph capture-size policy (`C_CAPTURE_SIZES`: every
    batch up to 512 tokens still runs in a graph, in 15 sizes instead of vLLM's 51, so each
    restart captures a third as many graphs), and optionally a KV cache sized to the workload
@@ -43,6 +47,12 @@ C_CAPTURE_SIZES = gpu_capture_sizes()
 # the unit warmup's arguments in W and V (the unit's own default: `vllm_service_warmup_args`)
 W_WARMUP_ARGS = ("--max-batch", "16", "--max-tokens", "4")
 V_WARMUP_ARGS = ("--batch-sizes", "1,16", "--max-tokens", "2", "--no-chat")
+
+# vLLM 0.26's start-up levers (both read through vllm.envs, so a launch file may set them): the
+# compiled graph saved and loaded as one AOT artifact (vLLM's default only from torch 2.12), and
+# the memory profile skipped by replaying a recorded start-up plan (docs/BENCHMARKS.md, issue 25:
+# what each keys its cache on)
+RESTART_LEVERS = {"VLLM_USE_MEGA_AOT_ARTIFACT": "1", "VLLM_ENABLE_STARTUP_PLAN": "1"}
 
 # variables a host's unit never has; the benchmark drops them from its own environment (the
 # H200 image sets PYTHONDONTWRITEBYTECODE=1: every process there would compile its source)
@@ -279,6 +289,15 @@ def standard(
             "B under the pre-imported launcher (SIGHUP relaunches without imports)",
             True,
             instance_extra={"launcher": True},
+            shares="B",
+        ),
+        "R": Config(
+            "R",
+            "L with vLLM's start-up levers ("
+            + " ".join(f"{k}={v}" for k, v in RESTART_LEVERS.items())
+            + ")",
+            True,
+            instance_extra={"launcher": True, "env": dict(RESTART_LEVERS)},
             shares="B",
         ),
     }

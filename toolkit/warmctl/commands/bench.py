@@ -63,9 +63,10 @@ def _parse_sizes(text: str) -> tuple[int, ...]:
     default="A,B,B+sleep,C,C",
     show_default=True,
     help="Starts in order (A plain vLLM, B the unit, C B + levers, W/V B with a shorter warmup, "
-    "S B with a spawned EngineCore; W, V and S restart from B's caches); a configuration's "
-    "repeat is a restart with primed caches; +sleep adds the sleep/wake cycles, +load sleep "
-    "and wake under 16 streaming clients.",
+    "S B with a spawned EngineCore, L B under the launcher, R L with vLLM's start-up levers; "
+    "W, V, S, L and R restart from B's caches); a configuration's repeat is a restart with "
+    "primed caches; +sleep adds the sleep/wake cycles, +load sleep and wake under 16 "
+    "streaming clients, +relaunch (L, R) a relaunch.",
 )
 @click.option(
     "--device",

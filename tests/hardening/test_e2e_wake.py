@@ -10,10 +10,11 @@ default). In order, each step building on the state the previous one left:
    one start happened, none was refused; the hold each saw is printed;
 3. the window (on_request: refuse) still refuses: its sleep service stops the unit and a
    request gets 503 "asleep" at once, no start; its wake service brings it back;
-4. idle again, then a wake that fails (the model's config.json moved away: vLLM cannot
-   start): the requests held are refused with 503 and say why, the instance stays asleep (not
-   serving, still wakable; the unit's own Restart= retries its start); the model put back,
-   the next request wakes it and is served.
+4. asleep again (the idle sleep asked for as the waker asks: its request file), then a wake
+   that fails (the model's config.json moved away: vLLM cannot start): the requests held are
+   refused with 503 and say why, the instance stays asleep (the failed start's unit stopped,
+   not retried behind the waker's back; still wakable); the model put back, the next request
+   wakes it and is served.
 
 Uses the hosts and the deploy of test_e2e_proxy.py (its `lab` and `deployed` fixtures); named
 to run after the other modules that use them, since it leaves wt1 with idle sleep."""
@@ -194,6 +195,9 @@ def test_3_the_window_that_refuses_still_refuses(idle: Idle) -> None:
 
 
 def test_4_a_failed_wake_refuses_the_held_requests_and_stays_asleep(idle: Idle) -> None:
+    # asleep as an idle sleep leaves it (step 1 waited for the idle minute itself): the request
+    # file the waker creates after it, so the same path unit and sleep service act
+    idle.ssh(f"touch {GATE}/tiny.sleep-request")
     _idle_sleep(idle, "4")
     model = testhosts.lab_instance(idle.lab.model)["model"]
     idle.ssh(f"mv {model}/config.json {model}/config.json.away")

@@ -259,8 +259,15 @@ def _launcher_state(fleet: Fleet, host: Host) -> dict[str, Any]:
 
 
 def _server_pids(fleet: Fleet, host: Host, main_pid: str) -> list[str]:
-    out = fleet.ssh(host, f"cat /proc/{main_pid}/task/*/children", check=False).stdout
-    return sorted(out.split())
+    """The launcher's server: its children but its standby (the next server, named
+    vllm-standby while it imports and waits)."""
+    out = fleet.ssh(
+        host,
+        f"for p in $(cat /proc/{main_pid}/task/*/children); do echo $p $(cat /proc/$p/comm); done",
+        check=False,
+    ).stdout
+    return sorted(pid for pid, _, comm in (ln.partition(" ") for ln in out.splitlines())
+                  if comm.strip() != "vllm-standby")  # fmt: skip
 
 
 def test_5b_restart_playbook_relaunches_a_launcher_instance_in_place(lab: Lab, deployed: PlayRun):

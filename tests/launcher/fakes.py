@@ -1,6 +1,7 @@
 """vLLM as two small modules for the launcher's tests, and what the tests read back: an import
 that is logged (and reads one variable at import, as vLLM's logging reads VLLM_LOGGING_LEVEL,
-besides scanning the whole environment, as tqdm does at import), and a server that forks a child
+besides scanning the whole environment, as tqdm does at import; THREAD: leaves a thread running,
+BREAK_IMPORT: fails while that file exists), and a server that forks a child
 of its own, as vLLM's API process starts its EngineCore, and logs its arguments and VLLM_*
 variables."""
 
@@ -14,7 +15,11 @@ from pathlib import Path
 from typing import Any
 
 HEAVY = """
-import os
+import os, threading
+if os.environ.get("BREAK_IMPORT") and os.path.exists(os.environ["BREAK_IMPORT"]):
+    raise ImportError("heavy is broken")
+if os.environ.get("THREAD"):  # a thread the import leaves running (NVML's, jemalloc's on a GPU)
+    threading.Thread(target=threading.Event().wait, name=os.environ["THREAD"], daemon=True).start()
 AT_IMPORT = os.environ.get("VLLM_AT_IMPORT", "")  # a module-level read: fixed by the import
 _ = dict(os.environ)  # a scan of every variable: no particular one is read
 _ = [k for k, v in os.environ.items() if k.startswith("TQDM_")]

@@ -1,17 +1,22 @@
-"""The launcher's fork and the threads alive in it: none, nothing is said; threads shown safe
-(SAFE_THREADS), one line saying why and no DeprecationWarning; any other thread, one line naming
-it and Python's fork warning once. Run under this interpreter and, where there is one, a Python
->= 3.12 (whose os.fork() warns by itself, as in the GPU unit's journal; the launcher is standard
-library only)."""
+"""The launcher forks with no other thread alive, ever: each standby is forked before it imports
+anything, so a thread an import starts (NVML's, started by vLLM's platform probe on a GPU host;
+Arrow's jemalloc background thread) lives only in the process that becomes the server, as in a
+plain start, and no fork follows it: no line about threads, no DeprecationWarning, at the first
+start and across relaunches. Run under this interpreter and, where there is one, a Python >= 3.12
+(whose os.fork() warns by itself when other threads are alive, as the GPU unit's journal showed
+with the launcher that forked after its imports; the launcher is standard library only)."""
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -25,19 +30,16 @@ if os.environ.get("THREAD"):  # a thread an import left running, waiting forever
 """
 
 SERVER = """
+import os, signal, sys, threading, time
 import heavy
 if __name__ == "__main__":
+    alive = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+    print(f"server {os.getpid()} threads {alive}", file=sys.stderr, flush=True)
+    if os.environ.get("STAY"):
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        while True:
+            time.sleep(0.1)
     raise SystemExit(0)
-"""
-
-# the launcher as a module, with one thread name shown safe (the proof is the test's)
-SAFE_RUNNER = """
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("vllm_launch", sys.argv[1])
-launch = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(launch)
-launch.SAFE_THREADS["idle-pool"] = "it only waits on an Event the server never touches"
-sys.exit(launch.main(sys.argv[2:]))
 """
 
 WARNING = "DeprecationWarning: This process (pid="
@@ -66,16 +68,18 @@ def mods(tmp_path: Path) -> Path:
     d.mkdir()
     (d / "heavy.py").write_text(textwrap.dedent(HEAVY))
     (d / "fakesrv.py").write_text(textwrap.dedent(SERVER))
-    (d / "safe_runner.py").write_text(textwrap.dedent(SAFE_RUNNER))
     return d
 
 
-def launch(python: str, mods: Path, thread: str = "", safe: bool = False) -> str:
+def command(python: str, *extra: str) -> list[str]:
+    return [python, "-W", "default::DeprecationWarning", str(SCRIPT), "--preload", "heavy",
+            *extra, "--", "-m", "fakesrv"]  # fmt: skip
+
+
+def launch(python: str, mods: Path, thread: str = "") -> str:
     """Run the launcher until its server exits; its stderr."""
-    head = [str(mods / "safe_runner.py"), str(SCRIPT)] if safe else [str(SCRIPT)]
     proc = subprocess.run(
-        [python, "-W", "default::DeprecationWarning", *head, "--preload", "heavy",
-         "--", "-m", "fakesrv"],
+        command(python),
         env={**os.environ, "PYTHONPATH": str(mods), "THREAD": thread},
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -91,22 +95,48 @@ def test_no_other_thread_nothing_said(python: str, mods: Path) -> None:
 
 
 @pytest.mark.parametrize("python", interpreters())
-def test_an_unknown_thread_is_named_and_warned_about(python: str, mods: Path) -> None:
-    err = launch(python, mods, thread="mystery")
-    line = (
-        "vllm-launch: forked the server with 1 other thread(s) alive (mystery): "
-        "not shown fork-safe: mystery"
-    )
-    assert line in err.splitlines(), err
-    assert err.count(WARNING) == 1, err  # Python's warning, once (not twice on 3.12)
+def test_a_thread_an_import_starts_is_never_forked_with(python: str, mods: Path) -> None:
+    err = launch(python, mods, thread="cuda00001800007")
+    assert "alive" not in "\n".join(ln for ln in err.splitlines() if "vllm-launch" in ln), err
+    assert WARNING not in err and "multi-threaded" not in err, err
+    # the server has it, as a plain start of vLLM has it: it ran in the importing process
+    assert "threads ['cuda00001800007']" in err, err
+
+
+def _state(path: Path, predicate, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    doc: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            doc = {}
+        if doc and predicate(doc):
+            return doc
+        time.sleep(0.05)
+    raise AssertionError(f"{path}: {doc}")
 
 
 @pytest.mark.parametrize("python", interpreters())
-def test_a_thread_shown_safe_gets_one_line_and_no_warning(python: str, mods: Path) -> None:
-    err = launch(python, mods, thread="idle-pool", safe=True)
-    line = (
-        "vllm-launch: forked the server with 1 other thread(s) alive (idle-pool): safe because "
-        "idle-pool: it only waits on an Event the server never touches"
-    )
-    assert line in err.splitlines(), err
-    assert "DeprecationWarning" not in err and "multi-threaded" not in err, err
+def test_relaunches_fork_with_no_other_thread_either(python: str, mods: Path, tmp_path: Path):
+    state = tmp_path / "state.json"
+    proc = subprocess.Popen(
+        command(python, "--state-file", str(state)),
+        env={**os.environ, "PYTHONPATH": str(mods), "THREAD": "jemalloc_bg_thd", "STAY": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        for n in (1, 2):
+            _state(state, lambda d: d.get("standby") == "ready")
+            proc.send_signal(signal.SIGHUP)
+            _state(state, lambda d, n=n: d.get("signals") == n and d.get("last") == "relaunched")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert err.count("threads ['jemalloc_bg_thd']") == 3, err  # three servers
+    assert "generation 3" in err and "other thread" not in err, err
+    assert WARNING not in err and "multi-threaded" not in err, err

@@ -64,9 +64,22 @@ class Checked:
         return self.state.get("launch_sha256") == self.launch.digest
 
 
-def children(pid: int, proc: Path = Path("/proc")) -> tuple[int, ...]:
-    """The launcher's child processes (its server), from /proc (Linux)."""
-    found: list[int] = []
+def children(
+    pid: int, proc: Path = Path("/proc"), state: dict[str, Any] | None = None
+) -> tuple[int, ...]:
+    """The launcher's server: its child processes from /proc (Linux), but its standby (the next
+    server, importing or waiting). With the launcher's `state`: the server it names, if it is
+    one of them; else the children but the standby it names and any named vllm-standby."""
+    found = _child_pids(pid, proc)
+    server = (state or {}).get("server_pid")
+    if server in found:
+        return (server,)
+    standby = (state or {}).get("standby_pid")
+    return tuple(sorted(p for p in found if p != standby and not _is_standby(p, proc)))
+
+
+def _child_pids(pid: int, proc: Path) -> set[int]:
+    found: set[int] = set()
     task_dir = proc / str(pid) / "task"
     try:
         tasks = list(task_dir.iterdir())
@@ -76,10 +89,17 @@ def children(pid: int, proc: Path = Path("/proc")) -> tuple[int, ...]:
         raise WarmctlError(f"cannot read {task_dir}: {exc.strerror}", kind="input") from None
     for task in tasks:
         try:
-            found += [int(p) for p in (task / "children").read_text().split()]
+            found.update(int(p) for p in (task / "children").read_text().split())
         except (OSError, ValueError):
             continue
-    return tuple(sorted(set(found)))
+    return found
+
+
+def _is_standby(pid: int, proc: Path) -> bool:
+    try:
+        return (proc / str(pid) / "comm").read_bytes().strip() == vllm_launch.STANDBY_COMM
+    except OSError:  # ended meanwhile
+        return False
 
 
 def _cmdline(pid: int, proc: Path) -> list[str]:
@@ -190,7 +210,7 @@ def relaunch(
     a state file: the one the launcher forked from the launch file as it is on disk)."""
     checked = check(pid, proc)
     before = int((checked.state or {}).get("signals", 0))
-    old = children(pid, proc)
+    old = children(pid, proc, checked.state)
     t0 = time.monotonic()
     try:
         os.kill(pid, signal.SIGHUP)
@@ -201,14 +221,15 @@ def relaunch(
     deadline = t0 + timeout
     said = 0.0
     while True:
-        now = children(pid, proc)
         state = _handled(checked, before)
+        now = children(pid, proc, state)
         if state is not None and state.get("last") == "refused":
             raise WarmctlError(
                 f"launcher {pid} refused the relaunch: {state.get('reason')} "
                 f"(server {', '.join(map(str, old))} keeps running)"
             )
-        fresh = bool(now) and not set(now) & set(old)
+        # one new server (a standby forked this instant may not have its name yet: look again)
+        fresh = len(now) == 1 and not set(now) & set(old)
         if fresh and checked.state is None:
             return Relaunched(pid, old, now, time.monotonic() - t0)
         if fresh and state is not None and state.get("server_pid") in now:

@@ -14,7 +14,8 @@ finished /v1/ request (and the waker's handling of it); nothing passes through t
 - TTFT: `warmctl.stream.stream_completion` (the timing verify uses), one request to each proxy
   in turn (the order rotating), so a drift of the machine hits all alike; p50 per proxy.
 - throughput: C client processes streaming completions for S seconds, one proxy after the other,
-  the order rotating each round; completed requests per second, median over the rounds.
+  the order rotating each round; completed requests per second, median over the rounds; against
+  "off": the median of each round's ratio and its 95 % interval (bootstrap over the rounds).
 - the proxy's CPU per request during the TTFT phase: its nginx worker's user + system time, and
   its waker's, from /proc (clock ticks: 10 ms each): what the machine's other load blurs least.
 
@@ -28,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import socket
 import statistics
 import subprocess
@@ -170,6 +172,13 @@ def throughput(pool: ProcessPoolExecutor, port: int, clients: int, seconds: floa
     return sum(counts) / (time.monotonic() - t0)
 
 
+def bootstrap_median_ci(values: list[float], draws: int = 5000, seed: int = 1) -> list[float]:
+    """The 95 % interval of the median of `values` (percentile bootstrap)."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return [medians[int(draws * 0.025)], medians[int(draws * 0.975) - 1]]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=10, help="throughput rounds (each proxy once)")
@@ -223,7 +232,7 @@ def main() -> int:
         for mode in MODES
     }
 
-    def versus(mode: str) -> dict[str, float]:
+    def versus(mode: str) -> dict[str, Any]:
         a, b = summary["off"], summary[mode]
         # each request i to `mode` went out next to request i to "off": the median of their
         # differences is blind to the machine's drift
@@ -233,19 +242,26 @@ def main() -> int:
             "ttft_p50_us": (b["ttft_p50_ms"] - a["ttft_p50_ms"]) * 1000,
             "ttft_paired_median_us": paired * 1e6,
             "rps_pct": (b["rps_median"] / a["rps_median"] - 1) * 100,
-            # each round's phases ran one after the other: the median of their ratios
-            "rps_paired_median_pct": statistics.median(
-                (y / x - 1) * 100 for x, y in zip(rps["off"], rps[mode], strict=True)
-            ),
+            # each round's phases ran one after the other: the median of their ratios, and
+            # its 95 % interval (bootstrap over the rounds)
+            "rps_paired_median_pct": statistics.median(ratios[mode]),
+            "rps_paired_median_ci95_pct": bootstrap_median_ci(ratios[mode]),
         }
+
+    ratios = {
+        mode: [(y / x - 1) * 100 for x, y in zip(rps["off"], rps[mode], strict=True)]
+        for mode in MODES[1:]
+    }
 
     delta = {mode: versus(mode) for mode in MODES[1:]}
     print(f"{'proxy':<12} {'TTFT p50':>10} {'TTFT p90':>10} {'req/s':>8} {'nginx CPU':>10} "
-          f"{'waker CPU':>10}   vs off: TTFT p50 (paired median difference), req/s")  # fmt: skip
+          f"{'waker CPU':>10}   vs off: TTFT p50, req/s (paired median, 95 % CI)")  # fmt: skip
     for mode in MODES:
         s, d = summary[mode], delta.get(mode)
         vs = (
-            f"{d['ttft_p50_pct']:+6.2f} % ({d['ttft_p50_us']:+.0f} us), {d['rps_pct']:+6.2f} %"
+            f"{d['ttft_p50_pct']:+6.2f} % ({d['ttft_p50_us']:+.0f} us), "
+            f"{d['rps_paired_median_pct']:+6.2f} % [{d['rps_paired_median_ci95_pct'][0]:+.2f}, "
+            f"{d['rps_paired_median_ci95_pct'][1]:+.2f}]"
             if d
             else ""
         )

@@ -32,10 +32,10 @@ def command(
     """Replace a server run by the pre-imported launcher, then warm it.
 
     The unit's `ExecReload` (vllm_service_launcher): SIGHUP to the launcher (--main-pid,
-    systemd's $MAINPID), which stops the
-    server and forks a new one from its already imported vLLM (no Python imports: on an H200,
-    relaunch to warm took 19-21 s against 33-38 s for a primed restart); then the same warmup as the
-    unit's ExecStartPost. HOST is the one server behind the launcher. The unit stays active.
+    systemd's $MAINPID), which stops the server and starts its standby, which imported vLLM
+    before the signal (no Python imports: on an H200, relaunch to warm took 19-21 s against
+    33-38 s for a primed restart); then the same warmup as the unit's ExecStartPost. HOST is
+    the one server behind the launcher. The unit stays active.
 
     A launcher started with a launch file reads it again: the new server runs the file's vLLM
     arguments and VLLM_* variables. Before the signal the file is checked (one line and nothing

@@ -1,17 +1,21 @@
-"""Pre-imported vLLM: import vLLM once, then fork the server from the imported interpreter.
+"""Pre-imported vLLM: the next server's interpreter has imported vLLM before it is needed.
 
     PYTHON vllm_launch.py [--preload MODULE]... [--stop-timeout S]
         [--launch-file PATH] [--state-file PATH] -- -m MODULE [ARGS...]
 
 runs `PYTHON -m MODULE ARGS...` (e.g. `-m vllm.entrypoints.cli.main serve MODEL ...`) in a
-child forked after MODULE, vLLM's OpenAI API server and its engine core have been imported.
-SIGHUP relaunches: the running server gets SIGTERM and stops what it started, what is left of
-its group is killed once it has exited (everything after --stop-timeout), and a new child is
-forked from the same imported interpreter, so a relaunch skips the Python imports (13-16 s of
-every vLLM start on an H200 host). The launcher stays the unit's main process: systemd
-supervises it, its sandbox and cgroup hold every child, SIGTERM stops the server and then the
-launcher, and a server that exits on its own takes the launcher with it (exit status passed
-on), so `Restart=` still applies.
+standby: a process the launcher forks before it imports anything (the launcher itself imports
+nothing but the standard library, so it has no thread but its own when it forks), which imports
+MODULE, vLLM's OpenAI API server and its engine core, then waits; told to go, it becomes the
+server, in the interpreter that did the imports (nothing is forked after them). Right after a
+server starts the launcher forks the next standby, which imports while the server serves.
+SIGHUP relaunches: once the standby has imported (the old server serves meanwhile), the running
+server gets SIGTERM and stops what it started, what is left of its group is killed once it has
+exited (everything after --stop-timeout), and the standby becomes the new server, so a relaunch
+skips the Python imports (13-16 s of every vLLM start on an H200 host). The launcher stays the
+unit's main process: systemd supervises it, its sandbox and cgroup hold every child, SIGTERM
+stops the server (and the standby) and then the launcher, and a server that exits on its own
+takes the launcher with it (exit status passed on), so `Restart=` still applies.
 
 A configuration change is a relaunch (--launch-file): the server's ARGS and the vLLM variables
 it may change come from the launch file, read again at every (re)launch; the command line then
@@ -42,14 +46,13 @@ read, the SIGHUPs handled and the last one's outcome); `warmctl relaunch` checks
 against it. Secrets: no value is written or logged but the argv, whose --api-key, --hf-token and
 --watermark-config values are masked as vLLM masks them in its own log.
 
-Fork safety: the launcher never initialises CUDA (checked before each fork: a relaunch that
-finds CUDA initialised refuses), the same state vLLM's API process is in when it forks its
-engine core. Threads: the child of a fork has only the forking thread, and a lock another thread
-held stays locked in it. Right after each fork the launcher lists the threads still alive, the
-way Python 3.12's fork warning counts them (/proc/self/task; a pool that a pthread_atfork handler
-stops before the fork, as OpenBLAS's does, is not alive then): none, nothing is said; threads
-shown safe (SAFE_THREADS, with the reason), one line saying so instead of Python's bare
-DeprecationWarning; any other thread, one line naming them and Python's warning as before.
+Fork safety: every fork happens in the launcher, before any import of vLLM, torch or anything
+that starts a thread (NVML's, started by vLLM's platform probe at the import of
+vllm.platforms.cuda; Arrow's jemalloc background thread; OpenMP and BLAS pools) or initialises
+CUDA: the child of a fork has only the forking thread, and a lock another thread held would stay
+locked in it. The launcher checks this at each fork (/proc/self/task, as Python 3.12's fork
+warning counts threads) and says so in one line if a thread is ever alive. A standby's imports
+run in the process that becomes the server, as a plain `python -m vllm...` start runs them.
 Standard library only: this runs with vLLM's interpreter, not warmctl's.
 """
 
@@ -63,13 +66,13 @@ import json
 import os
 import re
 import runpy
+import select
 import shlex
 import signal
 import sys
 import threading
 import time
 import traceback
-import warnings
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -86,24 +89,12 @@ PREFIX = "vllm-launch:"
 DEFAULT_PRELOAD = ("vllm.entrypoints.openai.api_server", "vllm.v1.engine.core")
 # Python's warning (3.12+) when a process with more than one thread forks
 FORK_WARNING = r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
-# Threads shown safe to fork with, by name (a Python thread's name; a native one's comm): why.
-# vLLM's CPU build needs none (its only other threads, OpenBLAS's pools, are stopped by
-# OpenBLAS's own pthread_atfork handler before each fork). On an H200 host two are alive at the
-# fork (docs/GPU-E2E.md, tests/gpu/fork_threads.py): Arrow's jemalloc background thread,
-# started by `import pyarrow.lib`, below; and `cuda00001800007`, started by vLLM's platform probe
-# (pynvml.nvmlInit at the import of vllm.platforms.cuda), waiting in poll() at the fork: NVML is
-# closed source, so it is named, not declared safe. Add an entry only with its proof.
-SAFE_THREADS: dict[str, str] = {
-    "jemalloc_bg_thd": (
-        "jemalloc's background thread: jemalloc's own pthread_atfork handlers take every "
-        "jemalloc mutex (the background threads' included) before the fork and reset the "
-        "background-thread state in the child (jemalloc_prefork, jemalloc_postfork_child, "
-        "background_thread_postfork_child)"
-    ),
-}
 HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NAME = 15
+# a standby's name (/proc/PID/comm) while it waits: `warmctl relaunch` tells it from the server
+STANDBY_COMM = b"vllm-standby"
 # the variables a launch file may set: vLLM's own, read through vllm.envs at each access
 RELAUNCH_ENV = re.compile(r"^VLLM_[A-Za-z0-9_]+$")
 # vLLM's arguments whose value it masks in its own log (_SENSITIVE_ARG_FIELDS): masked here too
@@ -138,7 +129,8 @@ class Launch(NamedTuple):
 
 
 def say(text: str) -> None:
-    print(f"{PREFIX} {text}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"{PREFIX} {text}\n")  # one write: a server's line cannot split it
+    sys.stderr.flush()
 
 
 _VALUED = ("--preload", "--stop-timeout", "--launch-file", "--state-file")
@@ -311,49 +303,58 @@ class EnvReads:
         cls.__getitem__, cls.__iter__ = self._getitem, self._iter  # type: ignore[method-assign]
 
 
-def preload(module: str, extra: list[str]) -> tuple[float, set[str]]:
+def preload(module: str, extra: list[str]) -> tuple[float, set[str], list[str]]:
     """Import the module the server runs (its failure is the server's: fatal) and what it
     will import (a missing one only costs the server the import: said, not fatal); with the
-    variables the imports looked up."""
+    variables the imports looked up and what was not preloaded."""
     t = time.monotonic()
+    skipped: list[str] = []
     with EnvReads() as reads:
         importlib.import_module(module)
         for name in extra:
             try:
                 importlib.import_module(name)
             except Exception as exc:
-                say(f"not preloaded: {name} ({exc.__class__.__name__}: {exc})")
-    return time.monotonic() - t, reads.names
+                skipped.append(f"{name} ({exc.__class__.__name__}: {exc})")
+    return time.monotonic() - t, reads.names, skipped
 
 
-def cuda_initialised() -> bool:
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        return bool(torch.cuda.is_initialized())
-    except Exception:  # a torch without CUDA support
-        return False
-
-
-def _die_with_launcher() -> None:
-    """SIGKILL the server if the launcher itself is killed (systemd kills the whole cgroup on
-    stop anyway; this covers a launcher run outside systemd, e.g. by the benchmark)."""
+def _prctl(option: int, arg: int | bytes) -> None:
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg)
     except (OSError, AttributeError):
         pass
 
 
-def _child(module: str, args: list[str], env: dict[str, str | None]) -> None:
-    """In the forked child: become the server (`env`: variables to set, None: to unset).
+def _die_with_launcher() -> None:
+    """SIGKILL the standby / server if the launcher itself is killed (systemd kills the whole
+    cgroup on stop anyway; this covers a launcher run outside systemd, e.g. by the benchmark)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _read_line(fd: int) -> bytes:
+    """Read up to a newline or the end of the pipe (blocking)."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+def _become_server(module: str, args: list[str], env: dict[str, str | None]) -> None:
+    """In a standby told to go: become the server (`env`: variables to set, None: to unset).
     Never returns."""
     code = 1
     try:
-        os.setpgid(0, 0)  # its own group: a relaunch waits for all of it
-        _die_with_launcher()
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         for sig in HANDLED:
             signal.signal(sig, signal.SIG_DFL)
@@ -377,6 +378,40 @@ def _child(module: str, args: list[str], env: dict[str, str | None]) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
+
+
+def _standby_main(module: str, extra: list[str], ready_w: int, go_r: int, comm: bytes) -> None:
+    """In the forked standby: name itself (one byte on `ready_w` once done), import, report on
+    `ready_w` (one JSON line), wait for the go on `go_r` (one JSON line; the end of the pipe:
+    not needed, exit 0), take the launcher's name back, say so (one byte) and become the
+    server. Never returns."""
+    try:
+        _prctl(_PR_SET_NAME, STANDBY_COMM)
+        _write_all(ready_w, b"n")
+        os.setpgid(0, 0)  # its own group: a relaunch waits for all of it
+        _die_with_launcher()
+        try:
+            took, names, skipped = preload(module, extra)
+        except BaseException as exc:
+            report: dict = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
+        else:
+            report = {"ok": True, "seconds": took, "modules": len(sys.modules),
+                      "env_read": sorted(names), "skipped": skipped}  # fmt: skip
+        _write_all(ready_w, (json.dumps(report) + "\n").encode())
+        if not report["ok"]:
+            os._exit(1)
+        line = _read_line(go_r)
+        os.close(go_r)
+        if not line.endswith(b"\n"):
+            os._exit(0)  # discarded
+        go = json.loads(line)
+        _prctl(_PR_SET_NAME, comm)
+        _write_all(ready_w, b"g")
+        os.close(ready_w)
+    except BaseException:
+        traceback.print_exc()
+        os._exit(1)
+    _become_server(module, go["args"], go["env"])
 
 
 def other_threads() -> list[str]:
@@ -403,41 +438,87 @@ def other_threads() -> list[str]:
     return found
 
 
-def report_threads(alive: list[str]) -> None:
-    """After a fork (in the launcher): the threads that were alive, one line; Python's own
-    warning only when one of them is not shown safe."""
-    if not alive:
-        return
-    names = ", ".join(alive)
-    unknown = [name for name in alive if name not in SAFE_THREADS]
-    if unknown:
-        say(
-            f"forked the server with {len(alive)} other thread(s) alive ({names}): "
-            f"not shown fork-safe: {', '.join(unknown)}"
-        )
-        warnings.warn(
-            f"This process (pid={os.getpid()}) is multi-threaded, use of fork() may lead to "
-            "deadlocks in the child.",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return
-    why = "; ".join(sorted({f"{name}: {SAFE_THREADS[name]}" for name in alive}))
-    say(f"forked the server with {len(alive)} other thread(s) alive ({names}): safe because {why}")
+def _own_comm() -> bytes:
+    try:
+        with open("/proc/self/comm", "rb") as f:
+            return f.read().strip()[:15]
+    except OSError:
+        return b"python3"
 
 
-def start(module: str, args: list[str], env: dict[str, str | None] | None = None) -> int:
-    if cuda_initialised():
-        raise RuntimeError("CUDA is initialised in the launcher: forking the server is unsafe")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with warnings.catch_warnings():  # said by report_threads, with the threads' names
-        warnings.filterwarnings("ignore", message=FORK_WARNING, category=DeprecationWarning)
+class Standby:
+    """A process forked from the launcher before any import, which imports the server's modules
+    and waits to be told to become the server."""
+
+    def __init__(self, module: str, extra: list[str]) -> None:
+        alive = other_threads()
+        if alive:  # never expected: the launcher imports only the standard library
+            say(f"forking a standby with {len(alive)} other thread(s) alive: {', '.join(alive)}")
+        ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
+        comm = _own_comm()
+        sys.stdout.flush()
+        sys.stderr.flush()
         pid = os.fork()
-    if pid == 0:
-        _child(module, args, env or {})
-    report_threads(other_threads())  # what Python's warning counts: alive after the fork
-    return pid
+        if pid == 0:
+            os.close(ready_r)
+            os.close(go_w)
+            _standby_main(module, extra, ready_w, go_r, comm)
+        os.close(ready_w)
+        os.close(go_r)
+        self.pid, self._ready_fd, self._go_fd = pid, ready_r, go_w
+        self.report: dict | None = None  # its report once it has imported (or failed)
+        os.read(ready_r, 1)  # named (vllm-standby) before the launcher goes on: or it ended
+
+    def poll(self, block: bool = False) -> bool:
+        """Whether its report is in (read now if it is there)."""
+        if self.report is not None:
+            return True
+        if not block and not select.select([self._ready_fd], [], [], 0)[0]:
+            return False
+        line = _read_line(self._ready_fd)
+        try:
+            self.report = json.loads(line) if line.endswith(b"\n") else None
+        except ValueError:
+            self.report = None
+        if not isinstance(self.report, dict):
+            self.report = {"ok": False, "error": "it ended before it said it had imported"}
+        return True
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.report and self.report.get("ok"))
+
+    def alive(self) -> bool:
+        try:
+            done, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already
+            return False
+        return done == 0
+
+    def go(self, args: list[str], env: dict[str, str | None]) -> bool:
+        """Make it the server; True once it has taken the launcher's name back and runs the
+        server's module, False if it is gone."""
+        try:
+            _write_all(self._go_fd, (json.dumps({"args": args, "env": env}) + "\n").encode())
+            return os.read(self._ready_fd, 1) == b"g"
+        except OSError:  # BrokenPipeError: it died after its report
+            return False
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        for fd in (self._ready_fd, self._go_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._ready_fd = self._go_fd = -1
+
+    def discard(self) -> None:
+        """Not needed: it exits (the end of its pipe, or SIGKILL while it still imports)."""
+        if self.report is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self._close()
 
 
 def status_code(status: int) -> int:
@@ -506,28 +587,68 @@ def stop(pid: int, timeout: float) -> tuple[int, float]:
 
 
 class Supervisor:
-    """The server of each generation, what it was launched with, and the state file."""
+    """The server of each generation, the standby that becomes the next, what each was launched
+    with, and the state file."""
 
-    def __init__(self, opts: Options, first: Launch, imported: set[str]) -> None:
+    def __init__(self, opts: Options, first: Launch) -> None:
         self.opts = opts
-        self.base = dict(first.env)  # in the launcher's own environment since before the imports
+        self.extra = [m for m in opts.preload if m != opts.module]
+        self.base = dict(first.env)  # in the launcher's own environment since its start
         self.launch = first
         self.state: dict = {
             "launcher_pid": os.getpid(),
             "script": os.path.realpath(__file__),
             "script_sha256": _file_digest(__file__),
             "launch_file": opts.launch_file,
-            "env_imported": sorted(n for n in imported if RELAUNCH_ENV.match(n)),
+            "env_imported": [],
             "signals": 0,
+            "standby_pid": 0,
+            "standby": "none",
         }
         self.generation = 0
         self.pid = 0
+        self.standby: Standby | None = None
+        self.pending: Launch | None = None  # a relaunch asked for, waiting for the standby
+        self.unanswered = 0  # SIGHUPs received, not yet answered (counted in the state then)
 
-    def run(self, launch: Launch) -> None:
-        """Fork the next generation's server with `launch` (the old one is stopped)."""
+    def prepare(self) -> Standby:
+        """The standby, forked now if there is none."""
+        if self.standby is None:
+            self.standby = Standby(self.opts.module, self.extra)
+            self.state.update(standby_pid=self.standby.pid, standby="importing")
+        return self.standby
+
+    def imported(self, standby: Standby) -> None:
+        """Its report is in: say it (the first standby's is the start's own line)."""
+        report = standby.report or {}
+        if not report.get("ok"):
+            self.state.update(standby="failed")
+            who = "" if self.generation == 0 else f"standby {standby.pid}: "
+            say(f"{who}cannot import {self.opts.module}: {report.get('error')}")
+            return
+        names = {n for n in report.get("env_read", ()) if RELAUNCH_ENV.match(n)}
+        self.state.update(standby="ready", env_imported=sorted(names))
+        took, count = float(report.get("seconds", 0.0)), report.get("modules", 0)
+        if self.generation == 0:
+            for skipped in report.get("skipped", ()):
+                say(f"not preloaded: {skipped}")
+            modules = ", ".join([self.opts.module, *self.extra])
+            say(f"imported {modules} in {took:.2f} s ({count} modules)")
+        else:
+            say(f"standby {standby.pid} ready for the next relaunch (imported in {took:.2f} s)")
+
+    def run(self, launch: Launch) -> bool:
+        """Make the (ready) standby the next generation's server with `launch` (the old one is
+        stopped); False if the standby is gone."""
+        standby = self.standby
+        assert standby is not None and standby.ready
         env: dict[str, str | None] = {n: None for n in self.base if n not in launch.env}
         env.update({n: v for n, v in launch.env.items() if self.base.get(n) != v})
-        self.pid = start(self.opts.module, launch.args, env)
+        self.standby = None
+        self.state.update(standby_pid=0, standby="none")
+        if not standby.go(launch.args, env):
+            return False
+        self.pid = standby.pid
         self.generation += 1
         self.launch = launch
         self.state.update(
@@ -537,6 +658,23 @@ class Supervisor:
             launch_sha256=launch.digest,
             env_sha256=env_digests(launch.env),
         )
+        return True
+
+    def start_next(self, launch: Launch) -> bool:
+        """The server of `launch` from the standby, waiting for it to import; a standby that
+        died after its report is replaced once. False: no server (said)."""
+        for _ in range(2):
+            standby = self.prepare()
+            if not standby.poll(block=True):
+                continue
+            if not standby.ready:
+                self.imported(standby)
+                self.standby = None
+                return False
+            if self.run(launch):
+                return True
+            say(f"standby {standby.pid} ended before it became the server: another one")
+        return False
 
     def next_launch(self) -> tuple[Launch | None, str]:
         """What a SIGHUP relaunches with, or None and why it cannot."""
@@ -548,6 +686,19 @@ class Supervisor:
             return None, f"{self.opts.launch_file}: {exc}"
         why = refusal(self.state, launch.env)
         return (None, why) if why else (launch, "")
+
+    def answered(self) -> None:
+        """The SIGHUPs received so far are answered by the next state written."""
+        self.state["signals"] += self.unanswered
+        self.unanswered = 0
+
+    def refuse(self, why: str) -> None:
+        self.answered()
+        say(
+            f"relaunch refused: {why}; the server (pid {self.pid}, generation "
+            f"{self.generation}) keeps running"
+        )
+        self.write_state("refused", why)
 
     def write_state(self, outcome: str, reason: str = "") -> None:
         if not self.opts.state_file:
@@ -569,6 +720,11 @@ class Supervisor:
         argv = self.state["argv"]
         return f"server started (pid {self.pid}, generation {self.generation}): {argv}"
 
+    def discard_standby(self) -> None:
+        if self.standby is not None:
+            self.standby.discard()
+            self.standby = None
+
 
 def _file_digest(path: str) -> str:
     try:
@@ -578,45 +734,85 @@ def _file_digest(path: str) -> str:
         return ""
 
 
+def _relaunch(sup: Supervisor) -> None:
+    """The relaunch asked for, now that the standby has imported: stop the old server, the
+    standby becomes the new one (or the relaunch is refused: the standby could not import)."""
+    launch, standby = sup.pending, sup.standby
+    assert launch is not None and standby is not None and standby.report is not None
+    sup.pending = None
+    if not standby.ready:
+        sup.discard_standby()
+        sup.refuse(f"the standby could not import {sup.opts.module}: {standby.report.get('error')}")
+        return
+    if not standby.alive():  # ended after its report: another one, the old server serves on
+        say(f"standby {standby.pid} ended after it had imported: another one for the relaunch")
+        sup.discard_standby()
+        sup.pending = launch
+        sup.prepare()
+        return
+    code, took = stop(sup.pid, sup.opts.stop_timeout)
+    if not sup.start_next(launch):
+        raise RuntimeError(f"relaunch: old server stopped in {took:.2f} s; no new server")
+    say(f"relaunch: old server stopped in {took:.2f} s (status {code}); {sup.started()}")
+    sup.prepare()  # the next relaunch's standby imports while this server starts and serves
+    sup.answered()
+    sup.write_state("relaunched")
+
+
 def supervise(sup: Supervisor) -> int:
-    sup.run(sup.launch)
     say(sup.started())
+    sup.prepare()  # the first relaunch's standby
     sup.write_state("started")
     stop_timeout = sup.opts.stop_timeout
     while True:
-        info = signal.sigwaitinfo(HANDLED)
+        standby = sup.standby
+        if standby is not None and standby.report is None and standby.poll():
+            sup.imported(standby)
+            sup.write_state(sup.state.get("last", "started"), sup.state.get("reason", ""))
+        if sup.pending is not None and sup.standby is not None and sup.standby.poll():
+            _relaunch(sup)
+            continue
+        if sup.standby is not None and sup.standby.report is None:  # importing: look again soon
+            info = signal.sigtimedwait(HANDLED, 0.1)
+        else:
+            info = signal.sigwaitinfo(HANDLED)
+        if info is None:
+            continue
         sig = info.si_signo
         if sig == signal.SIGCHLD:
             try:
                 done, status = os.waitpid(sup.pid, os.WNOHANG)
             except ChildProcessError:
                 done, status = sup.pid, 0
+            standby = sup.standby
+            if standby is not None and standby.ready and not standby.alive():
+                say(f"standby {standby.pid} ended after it had imported: another one")
+                sup.discard_standby()
+                sup.prepare()
             reap_others()
             if done == sup.pid:  # the server ended by itself: so does the launcher
                 code = status_code(status)
                 if group_alive(sup.pid):
                     stop(sup.pid, stop_timeout)
+                sup.discard_standby()
                 say(f"server exited with status {code}")
                 return code
             continue
         if sig == signal.SIGHUP:
-            sup.state["signals"] += 1
+            sup.unanswered += 1
             launch, why = sup.next_launch()
-            if launch is None or cuda_initialised():
-                why = why or "CUDA is initialised in the launcher"
-                say(
-                    f"relaunch refused: {why}; the server (pid {sup.pid}, generation "
-                    f"{sup.generation}) keeps running"
-                )
-                sup.write_state("refused", why)
+            if launch is None:
+                sup.pending = None  # the latest file wins over one still waiting
+                sup.refuse(why)
                 continue
-            code, took = stop(sup.pid, stop_timeout)
-            sup.run(launch)
-            say(f"relaunch: old server stopped in {took:.2f} s (status {code}); {sup.started()}")
-            sup.write_state("relaunched")
+            sup.pending = launch  # the latest file wins over one still waiting
+            if sup.standby is None or (sup.standby.report and not sup.standby.ready):
+                sup.discard_standby()  # a failed one is tried again for this relaunch
+                sup.prepare()
             continue
         # SIGTERM / SIGINT: stop the server, then the launcher
         code, took = stop(sup.pid, stop_timeout)
+        sup.discard_standby()
         say(f"stopped the server in {took:.2f} s (status {code})")
         return 0
 
@@ -636,23 +832,21 @@ def main(argv: list[str]) -> int:
             return 2
         os.environ.update(first.env)  # the imports see what a plain start would
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    except (OSError, AttributeError):
-        pass
-    extra = [m for m in opts.preload if m != opts.module]
-    try:
-        took, imported = preload(opts.module, extra)
-    except Exception as exc:  # the server itself would fail the same way: say it once
-        say(f"cannot import {opts.module}: {exc.__class__.__name__}: {exc}")
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    sup = Supervisor(opts, first)
+    standby = sup.prepare()
+    standby.poll(block=True)
+    sup.imported(standby)
+    if not standby.ready:  # the server itself would fail the same way: said once
+        sup.discard_standby()
         return 1
-    say(f"imported {', '.join([opts.module, *extra])} in {took:.2f} s ({len(sys.modules)} modules)")
     try:
-        return supervise(Supervisor(opts, first, imported))
+        if not sup.start_next(first):
+            return 1
+        return supervise(sup)
     except RuntimeError as exc:
         say(str(exc))
+        sup.discard_standby()
         return 1
 
 

@@ -125,9 +125,9 @@ def idle(lab: Lab, deployed: Path) -> Idle:
     instance = testhosts.lab_instance(
         lab.model, windows=[lab.window], idle_sleep={"after": f"{IDLE_AFTER}s"}
     )
-    inventory = lab.inventory(
-        "idle", group_vars=PROXY_VARS, host_vars={host.name: {"vllm_service_instances": [instance]}}
-    )
+    # a failed wake's backoff (step 4) shorter than its 30 s default: the test's time
+    own = {"vllm_service_instances": [instance], "vllm_schedule_wake_failed_backoff_sec": 5}
+    inventory = lab.inventory("idle", group_vars=PROXY_VARS, host_vars={host.name: own})
     run = ansible_playbook(inventory, "--limit", host.name, log=lab.dir / "idle.log")
     print(f"site.yml --limit {host.name} with idle_sleep after {IDLE_AFTER} s: exit {run.rc} "
           f"in {run.seconds:.0f} s")  # fmt: skip

@@ -136,6 +136,11 @@ def test_idle_sleep_puts_the_proxy_in_front_and_adds_the_waker_and_its_two_trigg
     assert [t["cause"] for t in gpu.triggers] == ["idle"]  # the waker wakes it itself
     held = instance_facts(IDLE, {"vllm_schedule_wake_hold_sec": 30})
     assert held.wake_hold == 30
+    assert held.wake_failed_backoff == 30  # the role's default
+    quick = instance_facts(IDLE, {"vllm_schedule_wake_failed_backoff_sec": 5})
+    assert quick.wake_failed_backoff == 5
+    with pytest.raises(ValueError, match="vllm_schedule_wake_failed_backoff_sec must be >= 0"):
+        instance_facts(IDLE, {"vllm_schedule_wake_failed_backoff_sec": -1})
 
 
 def test_windows_refuse_by_default_and_only_a_waking_one_needs_the_waker():

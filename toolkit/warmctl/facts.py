@@ -28,6 +28,7 @@ collection's `warmctl.vllm.vllm_instance_facts` filter, once per host in vllm_pr
     wake_on_request   the proxy holds a request that reaches the instance asleep and wakes it
               (idle sleep, or a window with on_request: wake); the waker unit runs beside it
     wake_hold  how long the proxy holds such a request before a 503 (seconds)
+    wake_failed_backoff  after a failed wake, how long requests get 503 at once (seconds)
     awake_port  the awake-only door (0: none): a load balancer's primary, refused while asleep
     wakeable, wake_request, sleep_request, waker_socket, activity_socket   the wake-on-request
               files in the gate folder: asleep-and-wakeable flag, the waker's two asks to systemd
@@ -63,6 +64,7 @@ SETTINGS = (
     "vllm_install_venv",
     "vllm_install_vllm_python",
     "vllm_schedule_wake_hold_sec",
+    "vllm_schedule_wake_failed_backoff_sec",
 )
 SLEEP_LEVEL = 1  # a window's vLLM sleep level unless it names one
 ON_REQUEST = ("refuse", "wake")  # what a request does to a sleeping instance (window default first)
@@ -107,6 +109,7 @@ class InstanceFacts:
     idle_level: int
     wake_on_request: bool
     wake_hold: int
+    wake_failed_backoff: int  # after a failed wake, requests are refused at once this long
     awake_port: int
     wakeable: str  # asleep, and a request wakes it (the proxy holds it meanwhile)
     wake_request: str  # the waker asks systemd for a wake (vllm-NAME-wake-request.path)
@@ -282,6 +285,10 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     hold = s["vllm_schedule_wake_hold_sec"]
     wake_hold = _int(WAKE_HOLD["gpu" if sleep else "cpu"] if hold in (None, "auto") else hold,
                      "vllm_schedule_wake_hold_sec")  # fmt: skip
+    backoff = _int(s["vllm_schedule_wake_failed_backoff_sec"],
+                   "vllm_schedule_wake_failed_backoff_sec")  # fmt: skip
+    if backoff < 0:
+        raise ValueError(f"vllm_schedule_wake_failed_backoff_sec must be >= 0, got {backoff}")
     request_files = {
         "wakeable": f"{gate_dir}/{name}.wakeable",
         "wake_request": f"{gate_dir}/{name}.wake-request",
@@ -336,6 +343,7 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         idle_level=idle_level,
         wake_on_request=wake_on_request,
         wake_hold=wake_hold,
+        wake_failed_backoff=backoff,
         awake_port=_int(instance.get("awake_port", 0), f"instance {name}: awake_port"),
         **request_files,
         triggers=tuple(triggers),

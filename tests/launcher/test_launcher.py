@@ -114,11 +114,24 @@ def test_a_missing_module_is_one_line_and_exit_1(launch) -> None:
     assert "cannot import no_such_server_module" in err and "Traceback" not in err
 
 
-def test_a_preload_that_initialises_cuda_still_starts(launch) -> None:
+def test_a_preload_that_initialises_cuda_still_starts_and_is_said(launch) -> None:
     # the imports run in the process that becomes the server (nothing is forked after them),
-    # as in a plain start: CUDA initialised by an import is the server's own
-    lp = launch("--preload", "torch", "--", "-m", "fakesrv")
-    lp.wait_for("run ", 1)
+    # as in a plain start: CUDA initialised by an import is the server's own; but a standby
+    # that holds a CUDA context while it waits is said
+    lp = launch("--preload", "torch", "--", "-m", "fakesrv", env={"EXIT_WITH": "0"})
+    assert lp.proc.wait(timeout=20) == 0
+    assert len(lp.wait_for("run ", 1)) == 1
+    assert "its imports initialised CUDA (it holds a CUDA context" in lp.stderr()
+
+
+def test_a_stop_during_the_first_import_stops_at_once(launch) -> None:
+    lp = launch("--preload", "heavy", "--", "-m", "fakesrv", env={"SLOW_IMPORT": "120"})
+    (importing,) = lp.wait_for("importing ", 1)
+    lp.proc.send_signal(signal.SIGTERM)
+    assert lp.proc.wait(timeout=20) == 0  # not after the 120 s import
+    assert "stopped before a server ran" in lp.stderr()
+    assert not [ln for ln in lp.lines() if ln.startswith("run")]
+    assert not alive(int(importing.split()[1]))  # the standby is gone with it
 
 
 def test_the_script_is_stdlib_only() -> None:

@@ -241,7 +241,8 @@ def relaunch(
             )
         if on_wait and time.monotonic() - said > 5:
             said = time.monotonic()
-            on_wait(f"waiting for the old server ({', '.join(map(str, old))}) to stop")
+            on_wait(f"waiting for the launcher: its standby's imports, then the old server "
+                    f"({', '.join(map(str, old))}) to stop")  # fmt: skip
         time.sleep(interval)
 
 

@@ -319,6 +319,16 @@ def preload(module: str, extra: list[str]) -> tuple[float, set[str], list[str]]:
     return time.monotonic() - t, reads.names, skipped
 
 
+def cuda_initialised() -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:  # a torch without CUDA support
+        return False
+
+
 def _prctl(option: int, arg: int | bytes) -> None:
     try:
         import ctypes
@@ -380,23 +390,33 @@ def _become_server(module: str, args: list[str], env: dict[str, str | None]) -> 
             os._exit(code)
 
 
-def _standby_main(module: str, extra: list[str], ready_w: int, go_r: int, comm: bytes) -> None:
+def _standby_main(
+    module: str, extra: list[str], ready_w: int, go_r: int, comm: bytes, launcher: int
+) -> None:
     """In the forked standby: name itself (one byte on `ready_w` once done), import, report on
     `ready_w` (one JSON line), wait for the go on `go_r` (one JSON line; the end of the pipe:
     not needed, exit 0), take the launcher's name back, say so (one byte) and become the
     server. Never returns."""
     try:
         _prctl(_PR_SET_NAME, STANDBY_COMM)
-        _write_all(ready_w, b"n")
-        os.setpgid(0, 0)  # its own group: a relaunch waits for all of it
+        with contextlib.suppress(OSError):  # the launcher may have set it already
+            os.setpgid(0, 0)  # its own group: a relaunch waits for all of it
         _die_with_launcher()
+        if os.getppid() != launcher:  # the launcher died before PDEATHSIG was set
+            os._exit(1)
+        # the threads the imports start inherit this mask: none of the launcher's blocking
+        for sig in HANDLED:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        _write_all(ready_w, b"n")
         try:
             took, names, skipped = preload(module, extra)
         except BaseException as exc:
             report: dict = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
         else:
             report = {"ok": True, "seconds": took, "modules": len(sys.modules),
-                      "env_read": sorted(names), "skipped": skipped}  # fmt: skip
+                      "env_read": sorted(names), "skipped": skipped,
+                      "cuda_initialised": cuda_initialised()}  # fmt: skip
         _write_all(ready_w, (json.dumps(report) + "\n").encode())
         if not report["ok"]:
             os._exit(1)
@@ -456,14 +476,17 @@ class Standby:
             say(f"forking a standby with {len(alive)} other thread(s) alive: {', '.join(alive)}")
         ready_r, ready_w = os.pipe()
         go_r, go_w = os.pipe()
-        comm = _own_comm()
+        comm, launcher = _own_comm(), os.getpid()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             os.close(ready_r)
             os.close(go_w)
-            _standby_main(module, extra, ready_w, go_r, comm)
+            _standby_main(module, extra, ready_w, go_r, comm, launcher)
+        _WATCHED.add(pid)
+        with contextlib.suppress(OSError):  # its own group from the start (it sets it too)
+            os.setpgid(pid, pid)
         os.close(ready_w)
         os.close(go_r)
         self.pid, self._ready_fd, self._go_fd = pid, ready_r, go_w
@@ -490,11 +513,7 @@ class Standby:
         return bool(self.report and self.report.get("ok"))
 
     def alive(self) -> bool:
-        try:
-            done, _ = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:  # reaped already
-            return False
-        return done == 0
+        return exited(self.pid) is None
 
     def go(self, args: list[str], env: dict[str, str | None]) -> bool:
         """Make it the server; True once it has taken the launcher's name back and runs the
@@ -513,12 +532,18 @@ class Standby:
                 os.close(fd)
         self._ready_fd = self._go_fd = -1
 
-    def discard(self) -> None:
-        """Not needed: it exits (the end of its pipe, or SIGKILL while it still imports)."""
-        if self.report is None:
+    def discard(self, wait: float = 0.0) -> None:
+        """Not needed: it exits (the end of its pipe, or SIGKILL while it still imports);
+        waited for up to `wait` s (a stop leaves nothing for systemd to kill)."""
+        if self.report is None or not self.ready:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
         self._close()
+        deadline = time.monotonic() + wait
+        while wait and exited(self.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if exited(self.pid) is not None:
+            forget(self.pid)
 
 
 def status_code(status: int) -> int:
@@ -539,15 +564,34 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def reap_others() -> None:
-    """Reap orphans the launcher adopted as subreaper (the old server's engine core)."""
+# the exit statuses of the watched children (the server, the standby), reaped by reap() with
+# everything else (orphans the launcher adopted as subreaper: the old server's engine core)
+_WATCHED: set[int] = set()
+_EXITED: dict[int, int] = {}
+
+
+def reap() -> None:
+    """Reap every child that has exited; keep the status of a watched one."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        if pid in _WATCHED:
+            _EXITED[pid] = status
+
+
+def exited(pid: int) -> int | None:
+    """The wait status of watched child `pid` once it has exited, else None."""
+    reap()
+    return _EXITED.get(pid)
+
+
+def forget(pid: int) -> None:
+    _WATCHED.discard(pid)
+    _EXITED.pop(pid, None)
 
 
 def stop(pid: int, timeout: float) -> tuple[int, float]:
@@ -558,6 +602,8 @@ def stop(pid: int, timeout: float) -> tuple[int, float]:
     exited, what is left of its group is killed (SIGKILL, as systemd's final kill does), and
     the whole group too when the server is still there `timeout` s after the SIGTERM."""
     t = time.monotonic()
+    if pid not in _WATCHED:  # stopped (and reaped) already
+        return 0, 0.0
     status = None
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
@@ -565,16 +611,11 @@ def stop(pid: int, timeout: float) -> tuple[int, float]:
     killed = False
     while True:
         if status is None:
-            try:
-                done, st = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done, st = pid, 0
-            if done == pid:
-                status = st
-                if group_alive(pid):  # the server's leftovers: it has stopped what it meant to
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(pid, signal.SIGKILL)
-        reap_others()
+            status = exited(pid)
+            if status is not None and group_alive(pid):  # leftovers: it stopped what it meant to
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+        reap()
         if status is not None and not group_alive(pid):
             break
         if time.monotonic() > deadline and not killed:
@@ -583,7 +624,17 @@ def stop(pid: int, timeout: float) -> tuple[int, float]:
                 os.killpg(pid, signal.SIGKILL)
             killed = True
         time.sleep(0.05)
+    forget(pid)
     return status_code(status), time.monotonic() - t
+
+
+class Stopped(Exception):
+    """SIGTERM / SIGINT while the launcher waited for a standby: stop, nothing more."""
+
+
+# after this many standbys in a row that died once they had imported (out of memory?), a
+# relaunch is refused instead of forking another one
+STANDBY_DEATHS = 3
 
 
 class Supervisor:
@@ -610,13 +661,49 @@ class Supervisor:
         self.standby: Standby | None = None
         self.pending: Launch | None = None  # a relaunch asked for, waiting for the standby
         self.unanswered = 0  # SIGHUPs received, not yet answered (counted in the state then)
+        self.deaths = 0  # standbys in a row that died after their imports
+        self.fork_error = ""  # why the last standby could not be forked
 
-    def prepare(self) -> Standby:
-        """The standby, forked now if there is none."""
+    def prepare(self) -> Standby | None:
+        """The standby, forked now if there is none (None: it cannot be forked, said)."""
         if self.standby is None:
-            self.standby = Standby(self.opts.module, self.extra)
+            try:
+                self.standby = Standby(self.opts.module, self.extra)
+            except OSError as exc:  # EAGAIN: the unit's TasksMax, the pids cgroup, memory
+                self.fork_error = f"cannot fork a standby: {exc.strerror or exc}"
+                say(f"{self.fork_error}; the next relaunch tries again")
+                return None
             self.state.update(standby_pid=self.standby.pid, standby="importing")
         return self.standby
+
+    def check_standby(self) -> bool:
+        """Whether the standby's report is in (read, said and in the state the first time)."""
+        standby = self.standby
+        if standby is None:
+            return False
+        if standby.report is not None:
+            return True
+        if not standby.poll():
+            return False
+        self.imported(standby)
+        return True
+
+    def wait_standby(self) -> Standby | None:
+        """Wait for the standby's report; signals meanwhile: SIGTERM / SIGINT raise Stopped,
+        SIGHUP is counted and kept for later (the launch file is read when it is handled),
+        SIGCHLD reaps. None: no standby could be forked."""
+        standby = self.prepare()
+        while standby is not None and not self.check_standby():
+            info = signal.sigtimedwait(HANDLED, 0.1)
+            if info is None:
+                continue
+            if info.si_signo in (signal.SIGTERM, signal.SIGINT):
+                raise Stopped()
+            if info.si_signo == signal.SIGHUP:
+                self.unanswered += 1
+                self.pending = self.pending or self.launch  # read again when it is handled
+            reap()
+        return standby
 
     def imported(self, standby: Standby) -> None:
         """Its report is in: say it (the first standby's is the start's own line)."""
@@ -636,6 +723,11 @@ class Supervisor:
             say(f"imported {modules} in {took:.2f} s ({count} modules)")
         else:
             say(f"standby {standby.pid} ready for the next relaunch (imported in {took:.2f} s)")
+        if report.get("cuda_initialised"):
+            say(f"standby {standby.pid}: its imports initialised CUDA (it holds a CUDA context on "
+                "the GPU while it waits)")  # fmt: skip
+        if self.generation:
+            self.save()
 
     def run(self, launch: Launch) -> bool:
         """Make the (ready) standby the next generation's server with `launch` (the old one is
@@ -647,9 +739,11 @@ class Supervisor:
         self.standby = None
         self.state.update(standby_pid=0, standby="none")
         if not standby.go(launch.args, env):
+            standby.discard()
             return False
         self.pid = standby.pid
         self.generation += 1
+        self.deaths = 0
         self.launch = launch
         self.state.update(
             generation=self.generation,
@@ -664,12 +758,11 @@ class Supervisor:
         """The server of `launch` from the standby, waiting for it to import; a standby that
         died after its report is replaced once. False: no server (said)."""
         for _ in range(2):
-            standby = self.prepare()
-            if not standby.poll(block=True):
-                continue
+            standby = self.wait_standby()
+            if standby is None:
+                return False
             if not standby.ready:
-                self.imported(standby)
-                self.standby = None
+                self.discard_standby()
                 return False
             if self.run(launch):
                 return True
@@ -693,6 +786,7 @@ class Supervisor:
         self.unanswered = 0
 
     def refuse(self, why: str) -> None:
+        self.pending = None
         self.answered()
         say(
             f"relaunch refused: {why}; the server (pid {self.pid}, generation "
@@ -701,9 +795,13 @@ class Supervisor:
         self.write_state("refused", why)
 
     def write_state(self, outcome: str, reason: str = "") -> None:
+        self.state.update(last=outcome, reason=reason)
+        self.save()
+
+    def save(self) -> None:
+        """The state as it is (the last outcome kept)."""
         if not self.opts.state_file:
             return
-        self.state.update(last=outcome, reason=reason)
         path = self.opts.state_file
         tmp = f"{path}.{os.getpid()}.tmp"
         try:
@@ -720,10 +818,11 @@ class Supervisor:
         argv = self.state["argv"]
         return f"server started (pid {self.pid}, generation {self.generation}): {argv}"
 
-    def discard_standby(self) -> None:
+    def discard_standby(self, wait: float = 0.0) -> None:
         if self.standby is not None:
-            self.standby.discard()
+            self.standby.discard(wait)
             self.standby = None
+            self.state.update(standby_pid=0, standby="none")
 
 
 def _file_digest(path: str) -> str:
@@ -734,23 +833,35 @@ def _file_digest(path: str) -> str:
         return ""
 
 
+def _stop_asked() -> bool:
+    """A SIGTERM / SIGINT is waiting (blocked, not yet taken)."""
+    return bool({signal.SIGTERM, signal.SIGINT} & signal.sigpending())
+
+
 def _relaunch(sup: Supervisor) -> None:
     """The relaunch asked for, now that the standby has imported: stop the old server, the
     standby becomes the new one (or the relaunch is refused: the standby could not import)."""
     launch, standby = sup.pending, sup.standby
     assert launch is not None and standby is not None and standby.report is not None
-    sup.pending = None
     if not standby.ready:
         sup.discard_standby()
         sup.refuse(f"the standby could not import {sup.opts.module}: {standby.report.get('error')}")
         return
     if not standby.alive():  # ended after its report: another one, the old server serves on
-        say(f"standby {standby.pid} ended after it had imported: another one for the relaunch")
         sup.discard_standby()
-        sup.pending = launch
-        sup.prepare()
+        sup.deaths += 1
+        if sup.deaths >= STANDBY_DEATHS:
+            sup.refuse(f"{sup.deaths} standbys in a row ended after their imports (out of memory?)")
+            return
+        say(f"standby {standby.pid} ended after it had imported: another one for the relaunch")
+        if sup.prepare() is None:
+            sup.refuse(sup.fork_error)
         return
+    sup.pending = None
     code, took = stop(sup.pid, sup.opts.stop_timeout)
+    if _stop_asked():  # a stop came while the old server stopped: no new one
+        sup.pid = 0
+        raise Stopped()
     if not sup.start_next(launch):
         raise RuntimeError(f"relaunch: old server stopped in {took:.2f} s; no new server")
     say(f"relaunch: old server stopped in {took:.2f} s (status {code}); {sup.started()}")
@@ -759,18 +870,33 @@ def _relaunch(sup: Supervisor) -> None:
     sup.write_state("relaunched")
 
 
+def _server_exited(sup: Supervisor) -> int | None:
+    """The server's exit code once it has ended by itself (its group stopped), else None."""
+    status = exited(sup.pid)
+    if status is None:
+        return None
+    code = status_code(status)
+    if group_alive(sup.pid):
+        stop(sup.pid, sup.opts.stop_timeout)
+    forget(sup.pid)
+    return code
+
+
 def supervise(sup: Supervisor) -> int:
     say(sup.started())
     sup.prepare()  # the first relaunch's standby
     sup.write_state("started")
-    stop_timeout = sup.opts.stop_timeout
+    if sup.pending is not None:  # a SIGHUP during the first start: handled now
+        sup.pending = None
+        os.kill(os.getpid(), signal.SIGHUP)
+        sup.unanswered -= 1
     while True:
-        standby = sup.standby
-        if standby is not None and standby.report is None and standby.poll():
-            sup.imported(standby)
-            sup.write_state(sup.state.get("last", "started"), sup.state.get("reason", ""))
-        if sup.pending is not None and sup.standby is not None and sup.standby.poll():
+        sup.check_standby()
+        if sup.pending is not None and sup.check_standby():
             _relaunch(sup)
+            continue
+        if sup.pending is not None and sup.standby is None:  # none could be forked
+            sup.refuse(sup.fork_error or "no standby")
             continue
         if sup.standby is not None and sup.standby.report is None:  # importing: look again soon
             info = signal.sigtimedwait(HANDLED, 0.1)
@@ -780,41 +906,35 @@ def supervise(sup: Supervisor) -> int:
             continue
         sig = info.si_signo
         if sig == signal.SIGCHLD:
-            try:
-                done, status = os.waitpid(sup.pid, os.WNOHANG)
-            except ChildProcessError:
-                done, status = sup.pid, 0
-            standby = sup.standby
-            if standby is not None and standby.ready and not standby.alive():
-                say(f"standby {standby.pid} ended after it had imported: another one")
-                sup.discard_standby()
-                sup.prepare()
-            reap_others()
-            if done == sup.pid:  # the server ended by itself: so does the launcher
-                code = status_code(status)
-                if group_alive(sup.pid):
-                    stop(sup.pid, stop_timeout)
-                sup.discard_standby()
+            code = _server_exited(sup)
+            if code is not None:  # the server ended by itself: so does the launcher
+                sup.discard_standby(wait=5)
                 say(f"server exited with status {code}")
                 return code
+            standby = sup.standby
+            if standby is not None and standby.ready and not standby.alive():
+                sup.discard_standby()
+                sup.deaths += 1
+                if sup.deaths < STANDBY_DEATHS:
+                    say(f"standby {standby.pid} ended after it had imported: another one")
+                    sup.prepare()
+                else:
+                    say(f"{sup.deaths} standbys in a row ended after their imports (out of "
+                        "memory?): none until the next relaunch asks")  # fmt: skip
             continue
         if sig == signal.SIGHUP:
             sup.unanswered += 1
             launch, why = sup.next_launch()
             if launch is None:
-                sup.pending = None  # the latest file wins over one still waiting
-                sup.refuse(why)
+                sup.refuse(why)  # the latest file wins over one still waiting
                 continue
-            sup.pending = launch  # the latest file wins over one still waiting
+            sup.pending = launch
             if sup.standby is None or (sup.standby.report and not sup.standby.ready):
                 sup.discard_standby()  # a failed one is tried again for this relaunch
+                sup.deaths = 0
                 sup.prepare()
             continue
-        # SIGTERM / SIGINT: stop the server, then the launcher
-        code, took = stop(sup.pid, stop_timeout)
-        sup.discard_standby()
-        say(f"stopped the server in {took:.2f} s (status {code})")
-        return 0
+        raise Stopped()  # SIGTERM / SIGINT
 
 
 def main(argv: list[str]) -> int:
@@ -834,16 +954,22 @@ def main(argv: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     sup = Supervisor(opts, first)
-    standby = sup.prepare()
-    standby.poll(block=True)
-    sup.imported(standby)
-    if not standby.ready:  # the server itself would fail the same way: said once
-        sup.discard_standby()
-        return 1
     try:
+        standby = sup.wait_standby()
+        if standby is None or not standby.ready:  # the server would fail the same way: said
+            sup.discard_standby()
+            return 1
         if not sup.start_next(first):
             return 1
         return supervise(sup)
+    except Stopped:
+        if sup.pid and exited(sup.pid) is None:
+            code, took = stop(sup.pid, opts.stop_timeout)
+            say(f"stopped the server in {took:.2f} s (status {code})")
+        else:
+            say("stopped before a server ran")
+        sup.discard_standby(wait=5)
+        return 0
     except RuntimeError as exc:
         say(str(exc))
         sup.discard_standby()

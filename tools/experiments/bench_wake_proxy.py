@@ -20,6 +20,7 @@ finished /v1/ request (and the waker's handling of it); nothing passes through t
   its waker's, from /proc (clock ticks: 10 ms each): what the machine's other load blurs least.
 
 python tools/experiments/bench_wake_proxy.py --rounds 10 --out wake-proxy.json
+python tools/experiments/bench_wake_proxy.py --pin ...   the proxy's side alone on one CPU
 Prints a table and writes the raw results as JSON. Not a test: figures depend on the machine.
 """
 
@@ -186,17 +187,34 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=8, help="throughput client processes")
     ap.add_argument("--seconds", type=float, default=3.0, help="a throughput phase")
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--pin", action="store_true",
+                    help="the proxies, their wakers and the double on the last CPU, the clients "
+                    "on the others: the proxy's side is what limits throughput")  # fmt: skip
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     nginx = ensure_nginx()
     if not nginx:
         sys.exit("nginx is not installed")
     rps: dict[str, list[float]] = {mode: [] for mode in MODES}
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpus, client_cpus = {cpus[-1]}, set(cpus[:-1]) or {cpus[-1]}
+    if args.pin:
+        os.sched_setaffinity(0, client_cpus)
     upstream = free_port()
     double = start_double(upstream)
+    pool_args: dict[str, Any] = (
+        {"initializer": os.sched_setaffinity, "initargs": (0, client_cpus)} if args.pin else {}
+    )
     try:
-        with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.clients) as pool:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            ProcessPoolExecutor(args.clients, **pool_args) as pool,
+        ):
             ports, stop, pids = proxies(upstream, Path(tmp), nginx)
+            if args.pin:
+                for pid in [double.pid, *(p for group in pids.values() for p in group),
+                            *(s.proc.pid for s in stop if s.proc is not None)]:  # fmt: skip
+                    os.sched_setaffinity(pid, server_cpus)
             try:
                 ttfts(ports, 20, args.max_tokens)  # warm: connections, nginx's workers
                 before = {key: cpu_seconds(p) for key, p in pids.items()}
@@ -280,6 +298,9 @@ def main() -> int:
                 "load_average": os.getloadavg(),
             },
             "args": {k: str(v) for k, v in vars(args).items()},
+            "cpus": {"server": sorted(server_cpus), "clients": sorted(client_cpus)}
+            if args.pin
+            else None,
             "summary": summary,
             "delta_vs_off": delta,
             "ttft_us": {mode: [round(s * 1e6) for s in samples] for mode, samples in ttft.items()},

@@ -364,10 +364,7 @@ def _become_server(module: str, args: list[str], env: dict[str, str | None]) -> 
     """In a standby told to go: become the server (`env`: variables to set, None: to unset).
     Never returns."""
     code = 1
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        for sig in HANDLED:
-            signal.signal(sig, signal.SIG_DFL)
+    try:  # its signals are a plain start's since before its imports (_standby_main)
         for name, value in env.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -493,11 +490,11 @@ class Standby:
         self.report: dict | None = None  # its report once it has imported (or failed)
         os.read(ready_r, 1)  # named (vllm-standby) before the launcher goes on: or it ended
 
-    def poll(self, block: bool = False) -> bool:
+    def poll(self) -> bool:
         """Whether its report is in (read now if it is there)."""
         if self.report is not None:
             return True
-        if not block and not select.select([self._ready_fd], [], [], 0)[0]:
+        if not select.select([self._ready_fd], [], [], 0)[0]:
             return False
         line = _read_line(self._ready_fd)
         try:
@@ -818,6 +815,20 @@ class Supervisor:
         argv = self.state["argv"]
         return f"server started (pid {self.pid}, generation {self.generation}): {argv}"
 
+    def replace_dead_standby(self, standby: Standby) -> bool:
+        """`standby` ended after its imports: another one (False, said: too many in a row, or
+        none could be forked)."""
+        self.discard_standby()
+        self.deaths += 1
+        if self.deaths >= STANDBY_DEATHS:
+            self.fork_error = (
+                f"{self.deaths} standbys in a row ended after their imports (out of memory?)"
+            )
+            say(f"{self.fork_error}: none until the next relaunch asks")
+            return False
+        say(f"standby {standby.pid} ended after it had imported: another one")
+        return self.prepare() is not None
+
     def discard_standby(self, wait: float = 0.0) -> None:
         if self.standby is not None:
             self.standby.discard(wait)
@@ -848,13 +859,7 @@ def _relaunch(sup: Supervisor) -> None:
         sup.refuse(f"the standby could not import {sup.opts.module}: {standby.report.get('error')}")
         return
     if not standby.alive():  # ended after its report: another one, the old server serves on
-        sup.discard_standby()
-        sup.deaths += 1
-        if sup.deaths >= STANDBY_DEATHS:
-            sup.refuse(f"{sup.deaths} standbys in a row ended after their imports (out of memory?)")
-            return
-        say(f"standby {standby.pid} ended after it had imported: another one for the relaunch")
-        if sup.prepare() is None:
+        if not sup.replace_dead_standby(standby):
             sup.refuse(sup.fork_error)
         return
     sup.pending = None
@@ -913,14 +918,7 @@ def supervise(sup: Supervisor) -> int:
                 return code
             standby = sup.standby
             if standby is not None and standby.ready and not standby.alive():
-                sup.discard_standby()
-                sup.deaths += 1
-                if sup.deaths < STANDBY_DEATHS:
-                    say(f"standby {standby.pid} ended after it had imported: another one")
-                    sup.prepare()
-                else:
-                    say(f"{sup.deaths} standbys in a row ended after their imports (out of "
-                        "memory?): none until the next relaunch asks")  # fmt: skip
+                sup.replace_dead_standby(standby)
             continue
         if sig == signal.SIGHUP:
             sup.unanswered += 1

@@ -222,3 +222,11 @@ def open_lock(dir_fd: int, name: str, mode: int = 0o644) -> int:
         except FileExistsError:
             continue  # made meanwhile: look again
     raise UnsafeFileError(name, "keeps being replaced")
+
+
+def read_file(path: str | os.PathLike[str], limit: int) -> bytes:
+    """`read_regular` of a path: at most `limit` bytes of the regular file `path`, its folder
+    reached as `open_folder` reaches it (for a path another user may have chosen or planted)."""
+    p = Path(path)
+    with folder(p.parent) as dir_fd:
+        return read_regular(dir_fd, p.name, limit)[0]

@@ -158,15 +158,24 @@ def test_root_actions_touch_nothing_through_what_the_service_user_plants(
 
 
 def test_a_folder_on_the_way_that_others_can_write_is_refused(tmp_path: Path) -> None:
-    """The service user could swap such a folder for a link to /etc: root does not go through
-    it. A link on the way that this user (root) owns, in a folder only it writes, is followed."""
+    """Who may write in the folder could swap a folder above it that it may change for a link to
+    /etc: root does not go through it. A link on the way that this user (root) owns is followed."""
     shared = tmp_path / "shared"
     (shared / "gate").mkdir(parents=True)
     shared.chmod(0o777)
-    with pytest.raises(safefs.UnsafeFileError, match="can be changed by another user"):
+    with pytest.raises(safefs.UnsafeFileError, match="can be changed by who may write"):
         safefs.open_folder(shared / "gate")
     shared.chmod(0o1777)  # sticky (/tmp): others cannot rename what is not theirs
     os.close(safefs.open_folder(shared / "gate"))
+    # the folder's group may write in it: a folder above that this group may change is refused
+    gid = 4242 if os.geteuid() == 0 else os.getgid()  # the service user's group, say
+    os.chown(shared, -1, gid)
+    os.chown(shared / "gate", -1, gid)
+    (shared / "gate").chmod(0o2775)
+    shared.chmod(0o775)
+    if gid != 0:
+        with pytest.raises(safefs.UnsafeFileError):
+            safefs.open_folder(shared / "gate")
     shared.chmod(0o755)
     (tmp_path / "link").symlink_to(shared)
     with safefs.folder(tmp_path / "link" / "gate") as fd:

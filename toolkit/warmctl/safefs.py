@@ -13,10 +13,10 @@ relative to a descriptor of the folder, opened component by component from `/` (
   renamed over the old name (a rename replaces the name, never what a link points to);
 - a name is removed with `unlink` (the link itself, never its target).
 
-The folders above the one asked for must be trusted: owned by root or by this user, and writable
-by nobody else unless sticky (`/tmp`); a link on the way is followed only when it is such a
-user's and sits in such a folder. Otherwise the service user could swap a folder on the way for
-a link to `/etc`.
+The folders above the one asked for must not be changeable by who may write in it (its owner
+unless root, its group when it may write) nor by everyone (unless sticky, `/tmp`): else the
+service user could swap a folder on the way for a link to `/etc`. A link on the way is followed
+only when it is root's or this user's.
 """
 
 from __future__ import annotations
@@ -43,11 +43,17 @@ class UnsafeFileError(OSError):
         super().__init__(errno.EPERM, why, str(path))
 
 
-def _trusted(st: os.stat_result) -> bool:
-    """A folder nobody but root and this user can change: safe to walk through."""
-    if st.st_uid not in (0, os.geteuid()):
+def _changeable(above: os.stat_result, folder: os.stat_result) -> bool:
+    """Can whoever may write in `folder` (its owner, unless root or this user; its group, when
+    group-writable) or everyone change the folder `above` it (rename, replace by a link)?"""
+    if above.st_mode & stat.S_ISVTX:  # sticky (/tmp): only an entry's owner may move it
         return False
-    return not st.st_mode & 0o022 or bool(st.st_mode & stat.S_ISVTX)
+    if above.st_mode & 0o002:
+        return True
+    if folder.st_uid not in (0, os.geteuid()) and above.st_uid == folder.st_uid:
+        return True
+    group_writes = folder.st_mode & 0o020 and folder.st_gid != 0
+    return bool(group_writes and above.st_gid == folder.st_gid and above.st_mode & 0o020)
 
 
 def _kind(mode: int) -> str:
@@ -67,8 +73,9 @@ def _kind(mode: int) -> str:
 def open_folder(path: str | os.PathLike[str]) -> int:
     """A descriptor of the folder `path`, reached from `/` one component at a time. Raises
     FileNotFoundError / NotADirectoryError as `open` would, `UnsafeFileError` when a folder
-    on the way (not the last one) could be changed by another user."""
+    above it could be changed by who may write in it, or a link on the way is another user's."""
     stack = [os.open("/", _DIR_FLAGS)]
+    names = ["/"]
     todo = list(reversed(Path(os.path.abspath(path)).parts[1:]))
     links = 0
     try:
@@ -79,6 +86,7 @@ def open_folder(path: str | os.PathLike[str]) -> int:
             if name == "..":
                 if len(stack) > 1:
                     os.close(stack.pop())
+                    names.pop()
                 continue
             st = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
@@ -91,15 +99,21 @@ def open_folder(path: str | os.PathLike[str]) -> int:
                 if target.is_absolute():
                     while len(stack) > 1:
                         os.close(stack.pop())
+                        names.pop()
                 todo.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
                 continue
             if not stat.S_ISDIR(st.st_mode):
                 raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
             fd = os.open(name, _DIR_FLAGS, dir_fd=stack[-1])
             stack.append(fd)
-            if todo and not _trusted(os.fstat(fd)):
+            names.append(name)
+        # the folder's writers (the service user, its group) must not be able to swap a folder
+        # above it for a link to /etc
+        folder = os.fstat(stack[-1])
+        for name, fd in zip(names[:-1], stack[:-1], strict=True):
+            if _changeable(os.fstat(fd), folder):
                 raise UnsafeFileError(
-                    path, f"{name} on the way can be changed by another user than root"
+                    path, f"{name} above it can be changed by who may write in the folder"
                 )
         return stack.pop()
     finally:

@@ -21,8 +21,8 @@ from warmctl.target import Target
 from warmctl.transport import Deadline, LimitHit
 
 DEFAULT_TIMEOUT = 30.0
-# a streamed completion's whole answer (--timeout is then the most between two chunks)
-DEFAULT_STREAM_TIMEOUT = 600.0
+# a streamed completion's whole answer, in --timeouts (which is then the most between two reads)
+STREAM_TIMEOUTS = 10
 # routes vLLM only mounts with VLLM_SERVER_DEV_MODE=1 (sleep ones also need --enable-sleep-mode)
 DEV_ROUTES = frozenset(
     {"/is_sleeping", "/sleep", "/wake_up", "/collective_rpc", "/reset_prefix_cache", "/server_info"}
@@ -209,7 +209,8 @@ class Client:
     """One vLLM server. Thread-safe: each thread gets its own HTTP session.
 
     Every call is bounded (warmctl.transport): `timeout` is its whole answer's wall clock, a
-    stream's is `stream_timeout` (`timeout` then the most between two chunks), and each kind
+    stream's is `stream_timeout` (default `STREAM_TIMEOUTS` x `timeout`; `timeout` is then the
+    most between two reads), and each kind
     of answer has a cap on the bytes read. `within(seconds)` narrows every call inside it to
     what is left of a wait (the ready wait's --ready-timeout, a drain's --drain-timeout)."""
 
@@ -225,7 +226,7 @@ class Client:
         self.api_key = api_key or None
         self.timeout = timeout
         self.stream_timeout = (
-            max(DEFAULT_STREAM_TIMEOUT, timeout) if stream_timeout is None else stream_timeout
+            STREAM_TIMEOUTS * timeout if stream_timeout is None else stream_timeout
         )
         self.headers = dict(headers or {})
         self._local = threading.local()
@@ -353,11 +354,15 @@ class Client:
             raise self.limit_error(path, LimitHit("deadline", 0), deadline)
         per_read = left if read_timeout is None else min(read_timeout, left)
         try:
-            return self.session.send(
+            resp = self.session.send(
                 prepared, stream=True, timeout=(left, per_read), **self._env_settings
             )
         except requests.RequestException as exc:
             raise self._read_error(path, exc, deadline, per_read) from None
+        if deadline.fired:  # cut in the headers: http.client may take the part as an answer
+            resp.close()
+            raise self.limit_error(path, LimitHit("deadline", 0), deadline)
+        return resp
 
     def _read_error(
         self, path: str, exc: BaseException, deadline: Deadline, per_read: float | None = None

@@ -215,6 +215,8 @@ def read_body(resp: requests.Response, deadline: Deadline, limit: int) -> bytes:
             raise LimitHit("size", len(buf))
         if deadline.passed():
             raise LimitHit("deadline", len(buf))
+    if deadline.fired:  # the socket was cut: what came is not the whole answer
+        raise LimitHit("deadline", len(buf))
     return bytes(buf)
 
 
@@ -252,5 +254,7 @@ def read_lines(
         yield from complete
         if deadline.passed():
             raise LimitHit("deadline", total)
+    if deadline.fired:
+        raise LimitHit("deadline", total)
     if pending:
         yield pending

@@ -210,9 +210,9 @@ class Client:
 
     Every call is bounded (warmctl.transport): `timeout` is its whole answer's wall clock, a
     stream's is `stream_timeout` (default `STREAM_TIMEOUTS` x `timeout`; `timeout` is then the
-    most between two reads), and each kind
-    of answer has a cap on the bytes read. `within(seconds)` narrows every call inside it to
-    what is left of a wait (the ready wait's --ready-timeout, a drain's --drain-timeout)."""
+    most between two reads), and each kind of answer has a cap on the bytes read.
+    `within(seconds)` narrows every call inside it to what is left of a wait (the ready
+    wait's --ready-timeout)."""
 
     def __init__(
         self,

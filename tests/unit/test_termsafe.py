@@ -115,3 +115,14 @@ def test_a_wait_s_live_line_is_escaped_and_never_markup(monkeypatch: pytest.Monk
     text = buf.getvalue()
     assert "\x1b[2J" not in text and "\x1b]0;" not in text and "\u202e" not in text
     assert "[bold]b[/bold]" in text and "\\x1b[2J" in text
+
+
+def test_the_verify_role_s_plain_table_is_escaped() -> None:
+    """The role's table (the play's output, through the collection's filter): a host's JSON."""
+    from warmctl.verify_table import fleet_lines
+
+    result = {"target": "h:8000", "instance": f"i{EVIL}", "status": "FAIL", "reasons": [EVIL]}
+    lines = fleet_lines({"host": [result]})
+    text = "\n".join(lines)
+    assert "\x1b" not in text and "\r" not in text and "\u202e" not in text
+    assert text.count("\\x1b]0;owned\\x07") == 2

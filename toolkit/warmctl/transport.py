@@ -5,8 +5,9 @@ requests' own timeout is per socket operation: a server that sends a byte every 
 never trips it. Here one watchdog thread shuts a call's socket down when the call's deadline
 passes (what urllib3's own `HTTPResponse.shutdown()` does to interrupt a read): the blocked
 read returns at once and the call ends with the deadline's error. The socket is known from the
-moment it connects (a drip during the TLS handshake or the headers is cut too). Bodies are
-read in chunks against a byte budget, never whole.
+moment it connects (a drip in the headers is cut too; connecting and Python's TLS handshake
+take the time left as their own deadline). Bodies are read in chunks against a byte budget,
+never whole.
 
 The caps (docs/SECURITY.md, "Bounded clients"): JSON answers `JSON_LIMIT`, /metrics
 `METRICS_LIMIT`, an error answer's body `ERROR_LIMIT` (only its message is shown), a stream

@@ -27,7 +27,7 @@ from warmctl.errors import WarmctlError
 TIMEOUT = 0.5  # --timeout of every probe: the most a plain answer may take, whole
 STREAM_TIMEOUTS = 2  # a stream's whole answer, in --timeouts (the product's is 10)
 STREAM = STREAM_TIMEOUTS * TIMEOUT
-MEMORY_CAP = 48 * 2**20  # the largest cap on a read (/metrics) is 16 MiB
+MEMORY_CAP = 32 * 2**20  # the largest cap on a read (/metrics) is 8 MiB
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,7 @@ class _Watchdog:
         self._heap: list[tuple[float, int, Deadline]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self._wakes_at = float("inf")  # when the thread wakes next, unless notified
 
     def arm(self, deadline: Deadline) -> None:
         with self._cond:
@@ -106,13 +107,14 @@ class _Watchdog:
                 self._thread = threading.Thread(target=self._run, name="warmctl-deadline")
                 self._thread.daemon = True
                 self._thread.start()
-            if self._heap[0][2] is deadline:
+            if deadline.end < self._wakes_at:  # else it wakes in time: no thread switch
                 self._cond.notify()
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not self._heap:
+                    self._wakes_at = float("inf")
                     self._cond.wait()
                 end, _, deadline = self._heap[0]
                 if deadline.done:
@@ -120,6 +122,7 @@ class _Watchdog:
                     continue
                 delay = end - time.monotonic()
                 if delay > 0:
+                    self._wakes_at = end
                     self._cond.wait(delay)
                     continue
                 heapq.heappop(self._heap)

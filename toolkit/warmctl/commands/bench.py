@@ -235,7 +235,9 @@ def command(
 
             draw(doc, plot_file)
     except WarmctlError as err:
-        click.echo(f"warmctl bench: {err}", err=True)
+        from warmctl.termsafe import safe
+
+        click.echo(f"warmctl bench: {safe(err, one_line=True)}", err=True)
         sys.exit(err.exit_code)
     failed = [s["name"] for s in doc["steps"] if "error" in s]
     if failed:

@@ -98,6 +98,7 @@ def unit(tmp_path: Path) -> Iterator[Unit]:
     script = tmp_path / "share" / "vllm_launch.py"
     script.parent.mkdir()
     shutil.copy(SCRIPT, script)
+    shutil.copy(SCRIPT.with_name("vllm_args.py"), script.parent)  # as the wheel installs both
     u = Unit(None, port, tmp_path / "t.launch", tmp_path / "state.json")  # type: ignore[arg-type]
     u.write("--max-num-seqs", "4")
     u.proc = _start(
@@ -244,3 +245,44 @@ def test_a_refusal_after_the_signal_is_the_launchers_line(unit: Unit, monkeypatc
     assert f"launcher {unit.proc.pid} refused the relaunch" in result.output
     assert f"server {server} keeps running" in result.output
     assert children(unit.proc.pid) == (server,)
+
+
+def test_a_launch_file_vllm_rejects_is_refused_and_the_old_server_serves_on(unit: Unit) -> None:
+    """`--max-model-len abc`: a launch file in shape whose arguments vLLM's parser rejects (the
+    double's parser rejects as vLLM's does, exit 2). `--check` says so in one line; the reload's
+    SIGHUP is refused by the launcher before the old server is stopped, which keeps serving;
+    the standby that checked it still becomes the next server once the file is good."""
+    (server,) = children(unit.proc.pid)
+    unit.write("--max-num-seqs", "8", "--max-model-len", "abc")
+    result = unit.relaunch()  # systemctl reload without the check (a hand's kill -HUP): refused
+    assert result.exit_code == 2, result.output
+    assert f"launcher {unit.proc.pid} refused the relaunch" in result.output
+    assert "vLLM rejects it: argument --max-model-len" in result.output
+    assert children(unit.proc.pid) == (server,) and unit.max_num_seqs() == 4  # still serving
+    state = json.loads(unit.state.read_text())
+    assert state["last"] == "refused" and state["signals"] == 1
+    assert unit.proc.poll() is None
+
+    check = unit.relaunch("--check")
+    assert check.exit_code == 2, check.output
+    lines = [ln for ln in check.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in check.output, check.output
+    assert (
+        f"{unit.launch}: vLLM rejects it: argument --max-model-len: invalid int value" in lines[0]
+    )
+    state = json.loads(unit.state.read_text())
+    assert state["checks"] == 1 and not state["check"]["ok"] and state["signals"] == 1
+
+    assert children(unit.proc.pid) == (server,)
+
+    # vLLM's validation after the parse: the same (the double, as vLLM, wants max_num_seqs >= 1)
+    unit.write("--max-num-seqs", "0")
+    refused = unit.relaunch("--check")
+    assert refused.exit_code == 2 and "max_num_seqs (0) must be at least 1" in refused.output
+
+    unit.write("--max-num-seqs", "8")
+    ok = unit.relaunch("--check")
+    assert ok.exit_code == 0 and "(vLLM accepts it)" in ok.output, ok.output
+    done = unit.relaunch()
+    assert done.exit_code == 0, done.output
+    assert unit.max_num_seqs() == 8 and children(unit.proc.pid) != (server,)

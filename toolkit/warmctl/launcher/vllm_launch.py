@@ -89,7 +89,7 @@ PREFIX = "vllm-launch:"
 DEFAULT_PRELOAD = ("vllm.entrypoints.openai.api_server", "vllm.v1.engine.core")
 # Python's warning (3.12+) when a process with more than one thread forks
 FORK_WARNING = r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
-HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
+HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGUSR1)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NAME = 15
@@ -100,6 +100,13 @@ RELAUNCH_ENV = re.compile(r"^VLLM_[A-Za-z0-9_]+$")
 # vLLM's arguments whose value it masks in its own log (_SENSITIVE_ARG_FIELDS): masked here too
 SECRET_ARGS = ("--api-key", "--hf-token", "--watermark-config")
 LAUNCH_KEYS = ("argv", "env")
+# what the standby prepares of the next server with the launch file before the old server is
+# stopped (vllm_args.py, beside this script): "parse" vLLM's parser only, "config" and vLLM's
+# configuration (the default), "reuse" and the tokenizer, the configuration kept for the server
+PREPARE_LEVELS = ("parse", "config", "reuse")
+ARGS_SCRIPT = "vllm_args.py"
+# seconds a standby may take to answer a prepare (vLLM reads the model's config from disk)
+PREPARE_TIMEOUT = 300.0
 
 
 class UsageError(Exception):
@@ -117,6 +124,7 @@ class Options(NamedTuple):
     args: list[str]
     launch_file: str | None = None
     state_file: str | None = None
+    prepare: str = "config"
 
 
 class Launch(NamedTuple):
@@ -133,7 +141,7 @@ def say(text: str) -> None:
     sys.stderr.flush()
 
 
-_VALUED = ("--preload", "--stop-timeout", "--launch-file", "--state-file")
+_VALUED = ("--preload", "--stop-timeout", "--launch-file", "--state-file", "--prepare")
 
 
 def parse(argv: list[str]) -> Options:
@@ -152,6 +160,8 @@ def parse(argv: list[str]) -> Options:
                     stop_timeout = float(argv[i + 1])
                 except ValueError:
                     raise UsageError(f"--stop-timeout: not a number: {argv[i + 1]!r}") from None
+            elif opt == "--prepare" and argv[i + 1] not in PREPARE_LEVELS:
+                raise UsageError(f"--prepare: one of {', '.join(PREPARE_LEVELS)}")
             else:
                 values[opt] = argv[i + 1]
             i += 2
@@ -170,6 +180,7 @@ def parse(argv: list[str]) -> Options:
         rest[2:],
         launch_file,
         values.get("--state-file"),
+        values.get("--prepare", "config"),
     )
 
 
@@ -417,11 +428,16 @@ def _standby_main(
         _write_all(ready_w, (json.dumps(report) + "\n").encode())
         if not report["ok"]:
             os._exit(1)
-        line = _read_line(go_r)
+        while True:  # prepare requests (answered on ready_w), then the go
+            line = _read_line(go_r)
+            if not line.endswith(b"\n"):
+                os._exit(0)  # discarded
+            go = json.loads(line)
+            if "prepare" not in go:
+                break
+            answer = _prepare(module, go["prepare"])
+            _write_all(ready_w, (json.dumps(answer) + "\n").encode())
         os.close(go_r)
-        if not line.endswith(b"\n"):
-            os._exit(0)  # discarded
-        go = json.loads(line)
         _prctl(_PR_SET_NAME, comm)
         _write_all(ready_w, b"g")
         os.close(ready_w)
@@ -429,6 +445,79 @@ def _standby_main(
         traceback.print_exc()
         os._exit(1)
     _become_server(module, go["args"], go["env"])
+
+
+def _load_args_script() -> object | None:
+    """vllm_args.py from beside this script (in the standby, once vLLM is imported); None when
+    it is not there (a launcher installed without it)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), ARGS_SCRIPT)
+    if not os.path.exists(path):
+        return None
+    name = "_warmctl_vllm_args"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def _output_kept() -> Iterator[int]:
+    """The process's stdout and stderr (fds 1, 2: vLLM's log lines while it builds its
+    configuration) into a temporary file while inside: its fd, read by the caller."""
+    import tempfile
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 1)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield tmp.fileno()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def _prepare(module: str, request: dict) -> dict:
+    """In the standby: vLLM's verdict on the next server's arguments, and at level "reuse" what
+    the server takes over (vllm_args.prepare). vLLM's own lines are kept out of the journal
+    unless it rejects the arguments (then they say why, before the launcher's line)."""
+    t = time.monotonic()
+    answer: dict
+    with _output_kept() as fd:
+        try:
+            helper = _load_args_script()
+            if helper is None:
+                answer = {"ok": True, "checked": False, "error": f"no {ARGS_SCRIPT} beside "
+                          "the launcher", "steps": []}  # fmt: skip
+            else:
+                answer = helper.prepare(  # type: ignore[attr-defined]
+                    module, list(request["args"]), request.get("level", "config"),
+                    request.get("env") or {},
+                )  # fmt: skip
+        except BaseException as exc:  # its own failure: said, not vLLM's verdict
+            why = " ".join(f"{exc.__class__.__name__}: {exc}".split())[:400]
+            answer = {"ok": False, "checked": True, "steps": [], "error": why}
+        os.lseek(fd, 0, os.SEEK_SET)
+        said = b"".join(iter(lambda: os.read(fd, 65536), b""))
+    if not answer.get("ok") and said.strip():
+        sys.stderr.write(said.decode(errors="replace"))
+        sys.stderr.flush()
+    answer["seconds"] = time.monotonic() - t
+    answer["cuda_initialised"] = cuda_initialised()
+    return answer
 
 
 def other_threads() -> list[str]:
@@ -511,6 +600,31 @@ class Standby:
 
     def alive(self) -> bool:
         return exited(self.pid) is None
+
+    def vet(self, args: list[str], env: dict[str, str | None], level: str) -> dict:
+        """Its answer to a prepare request: {"ok", "checked", "error", "seconds", "steps"},
+        "gone": True when it ended or did not answer (it cannot become the server). Raises
+        Stopped when a SIGTERM / SIGINT comes meanwhile."""
+        request = {"prepare": {"args": args, "env": env, "level": level}}
+        try:
+            _write_all(self._go_fd, (json.dumps(request) + "\n").encode())
+        except OSError:  # BrokenPipeError: it died after its report
+            return {"ok": False, "gone": True, "error": "the standby ended before it checked"}
+        deadline = time.monotonic() + PREPARE_TIMEOUT
+        while not select.select([self._ready_fd], [], [], 0.1)[0]:
+            if _stop_asked():
+                raise Stopped()
+            if time.monotonic() > deadline:
+                why = f"the standby did not answer in {PREPARE_TIMEOUT:.0f} s"
+                return {"ok": False, "gone": True, "error": why}
+        line = _read_line(self._ready_fd)
+        try:
+            answer = json.loads(line) if line.endswith(b"\n") else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            return {"ok": False, "gone": True, "error": "the standby ended while it checked"}
+        return answer
 
     def go(self, args: list[str], env: dict[str, str | None]) -> bool:
         """Make it the server; True once it has taken the launcher's name back and runs the
@@ -652,7 +766,11 @@ class Supervisor:
             "signals": 0,
             "standby_pid": 0,
             "standby": "none",
+            "prepare": opts.prepare,
+            "checks": 0,  # check requests (SIGUSR1: `warmctl relaunch --check`) answered
+            "check": {},  # the last one's answer
         }
+        self.checks_asked = 0  # SIGUSR1s received, not yet answered
         self.generation = 0
         self.pid = 0
         self.standby: Standby | None = None
@@ -699,6 +817,8 @@ class Supervisor:
             if info.si_signo == signal.SIGHUP:
                 self.unanswered += 1
                 self.pending = self.pending or self.launch  # read again when it is handled
+            if info.si_signo == signal.SIGUSR1:
+                self.checks_asked += 1  # answered once a server runs
             reap()
         return standby
 
@@ -731,8 +851,7 @@ class Supervisor:
         stopped); False if the standby is gone."""
         standby = self.standby
         assert standby is not None and standby.ready
-        env: dict[str, str | None] = {n: None for n in self.base if n not in launch.env}
-        env.update({n: v for n, v in launch.env.items() if self.base.get(n) != v})
+        env = self.env_for(launch)
         self.standby = None
         self.state.update(standby_pid=0, standby="none")
         if not standby.go(launch.args, env):
@@ -750,6 +869,62 @@ class Supervisor:
             env_sha256=env_digests(launch.env),
         )
         return True
+
+    def env_for(self, launch: Launch) -> dict[str, str | None]:
+        """The variables the server of `launch` sets (None: unsets) in the launcher's
+        environment."""
+        env: dict[str, str | None] = {n: None for n in self.base if n not in launch.env}
+        env.update({n: v for n, v in launch.env.items() if self.base.get(n) != v})
+        return env
+
+    def vet(self, launch: Launch, level: str) -> str:
+        """The ready standby prepares the server of `launch` (vLLM's parser, its configuration,
+        ...: vllm_args.py) while the old server serves: "" when vLLM accepts it, else why not
+        (one line). A standby that ended or did not answer is replaced."""
+        standby = self.standby
+        assert standby is not None and standby.ready
+        answer = standby.vet(launch.args, self.env_for(launch), level)
+        what = self.opts.launch_file or "the server's arguments"
+        self.state["prepared"] = {
+            "launch_sha256": launch.digest, "ok": bool(answer.get("ok")),
+            "checked": bool(answer.get("checked", True)), "level": level,
+            "steps": answer.get("steps", []), "seconds": round(answer.get("seconds", 0.0), 3),
+        }  # fmt: skip
+        if answer.get("gone"):
+            self.discard_standby()
+            self.prepare()
+            return f"{what}: {answer.get('error')}"
+        if answer.get("cuda_initialised") and not standby.report.get("cuda_initialised"):  # type: ignore[union-attr]
+            say(f"standby {standby.pid}: preparing the server initialised CUDA")
+        if not answer.get("ok"):
+            return f"{what}: vLLM rejects it: {answer.get('error')}"
+        return ""
+
+    def answer_checks(self) -> None:
+        """The check requests received (SIGUSR1, `warmctl relaunch --check`): vLLM's verdict on
+        the launch file as it is now, from the standby, in the state file ("checks", "check")."""
+        launch, why = self.next_launch()
+        checked = False
+        standby = self.standby
+        if launch is not None and not why:
+            if standby is None:
+                why = self.fork_error or "no standby to check the launch file with"
+            elif not standby.ready:
+                why = f"the standby could not import {self.opts.module}: "
+                why += str((standby.report or {}).get("error"))
+            else:
+                level = "parse" if self.opts.prepare == "parse" else "config"
+                why = self.vet(launch, level)
+                checked = bool(self.state["prepared"]["checked"])
+        self.state["checks"] += self.checks_asked
+        self.checks_asked = 0
+        self.state["check"] = {
+            "launch_sha256": launch.digest if launch else "", "ok": not why, "reason": why,
+            "checked": checked,
+        }  # fmt: skip
+        if why:
+            say(f"check: {why}")
+        self.save()
 
     def start_next(self, launch: Launch) -> bool:
         """The server of `launch` from the standby, waiting for it to import; a standby that
@@ -862,6 +1037,11 @@ def _relaunch(sup: Supervisor) -> None:
         if not sup.replace_dead_standby(standby):
             sup.refuse(sup.fork_error)
         return
+    # the next server prepared, vLLM's verdict on it in, before the old one is asked to stop
+    why = sup.vet(launch, sup.opts.prepare)
+    if why:
+        sup.refuse(why)
+        return
     sup.pending = None
     code, took = stop(sup.pid, sup.opts.stop_timeout)
     if _stop_asked():  # a stop came while the old server stopped: no new one
@@ -900,6 +1080,9 @@ def supervise(sup: Supervisor) -> int:
         if sup.pending is not None and sup.check_standby():
             _relaunch(sup)
             continue
+        if sup.checks_asked and (sup.standby is None or sup.check_standby()):
+            sup.answer_checks()
+            continue
         if sup.pending is not None and sup.standby is None:  # none could be forked
             sup.refuse(sup.fork_error or "no standby")
             continue
@@ -919,6 +1102,9 @@ def supervise(sup: Supervisor) -> int:
             standby = sup.standby
             if standby is not None and standby.ready and not standby.alive():
                 sup.replace_dead_standby(standby)
+            continue
+        if sig == signal.SIGUSR1:
+            sup.checks_asked += 1
             continue
         if sig == signal.SIGHUP:
             sup.unanswered += 1

@@ -20,8 +20,9 @@ allocated), so it can run while the old server holds the GPU:
     architecture resolved, the scheduler/cache/compilation settings checked): what vLLM rejects
     only once it reads the model (a max_model_len above the model's, a bad dtype) is refused too;
   - "reuse": and the tokenizer loaded into vLLM's own cache (`cached_get_tokenizer`, an
-    lru_cache the API server reads through), and the configuration kept for the server: its
-    first `create_engine_config` with the same arguments returns it instead of building it again.
+    lru_cache the API server reads through), the model's class imported (an EngineCore forked
+    from the server inherits it), and the configuration kept for the server: its first
+    `create_engine_config` with the same arguments returns it instead of building it again.
 
 A module that is not vLLM's server is checked with its own `make_arg_parser` and
 `validate_parsed_serve_args` when it has them (the names vLLM's api_server module has imported
@@ -55,6 +56,11 @@ MAX_LINE = 400
 
 class Rejected(Exception):
     """vLLM rejects the arguments: str() is one line."""
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"vllm-launch: {text}\n")  # the launcher's prefix: one line in the journal
+    sys.stderr.flush()
 
 
 def one_line(text: str) -> str:
@@ -185,6 +191,21 @@ def load_tokenizer(config: Any) -> bool:
     return True
 
 
+def import_model_class(config: Any) -> bool:
+    """The model's class imported (vLLM's registry resolves the architecture), as the EngineCore
+    imports it to build the model: an EngineCore forked from the server (the unit's
+    VLLM_WORKER_MULTIPROC_METHOD=fork) has it already. False: not done (no failure of the
+    arguments: the EngineCore would try again and say why)."""
+    try:
+        from vllm.model_executor.models import ModelRegistry
+
+        model_config = config.model_config
+        ModelRegistry.resolve_model_cls(model_config.architectures, model_config=model_config)
+    except Exception:
+        return False
+    return True
+
+
 def keep_for_server(before: Any, built: Any, config: Any) -> bool:
     """The server's first `create_engine_config` whose engine args equal `before` (and whose
     usage context is the API server's) gets `config`, its engine args updated as the build
@@ -213,7 +234,10 @@ def keep_for_server(before: Any, built: Any, config: Any) -> bool:
                 same = False
             if same:
                 self.__dict__.update(built_args.__dict__)
+                _say("the server took the configuration its standby built")
                 return kept
+            _say("the server builds its configuration again (its engine arguments differ "
+                 "from those the standby built it with)")  # fmt: skip
         return original(self, usage_context, *a, **kw)
 
     EngineArgs.create_engine_config = create_engine_config  # type: ignore[method-assign]
@@ -255,6 +279,8 @@ def prepare(
                 if level == "reuse":
                     if load_tokenizer(config):
                         steps.append("tokenizer")
+                    if import_model_class(config):
+                        steps.append("model_class")
                     if keep_for_server(before, built, config):
                         steps.append("kept")
     except Rejected as exc:

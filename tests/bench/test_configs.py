@@ -224,3 +224,5 @@ def test_p_and_q_prepare_the_next_server_and_warm_a_relaunch_shorter(site):
     from warmctl.bench.runner import parse_plan
 
     assert [s.config.key for s in parse_plan("P+relaunch,Q+relaunch", table)] == ["P", "Q"]
+    d = table["E"].launch(site, site.workdir / "t3").spec.argv
+    assert d[d.index("--") - 2 : d.index("--")] == ["--standby-delay", "60"]

@@ -26,7 +26,11 @@ P  L with the standby preparing the whole next server before the SIGHUP stops th
    seconds and first-request ratios what the shorter warmup did.
 Q  P with the EngineCore's worker modules imported by the standby too (`Q_PRELOAD`): an
    EngineCore forked from the server (the unit's VLLM_WORKER_MULTIPROC_METHOD=fork) has them.
-   W, V, S, L, R, P and Q share B's cache dir and HOME, so their first start is a primed restart
+E  R with the next standby forked `E_STANDBY_DELAY` s after each server's start (the launcher's
+   `--standby-delay`), not at once: whether the standby's imports, running beside a relaunched
+   server's start, are R's stall (12 s between graph capture and "Kernel JIT monitor
+   activated" in one run of two).
+   W, V, S, L, R, P, Q and E share B's cache dir and HOME, so their first start is a primed restart
    (R's first compiles its one artifact: R's later starts are the ones to read).
 C  B with levers changed: the CUDA-graph capture-size policy (`C_CAPTURE_SIZES`: every
    batch up to 512 tokens still runs in a graph, in 15 sizes instead of vLLM's 51, so each
@@ -66,6 +70,9 @@ RESTART_LEVERS = {"VLLM_USE_MEGA_AOT_ARTIFACT": "1", "VLLM_ENABLE_STARTUP_PLAN":
 # the warmup after a relaunch is V's
 P_LAUNCHER_ARGS = ("--prepare", "reuse")
 P_RELAUNCH_WARMUP_ARGS = V_WARMUP_ARGS
+# E: R, the next standby forked this long after a server's start (past a relaunch's ready and
+# warmup, before the bench's next SIGHUP: a cold start takes longer than this to be measured)
+E_STANDBY_DELAY = 60.0
 # Q: P, and the standby imports what the EngineCore imports to build and run the model (the
 # launcher's default preload first; a module this vLLM lacks is said and skipped, not fatal)
 Q_PRELOAD = (
@@ -354,5 +361,13 @@ def standard(
             shares="B",
             launcher_args=(*P_LAUNCHER_ARGS, *(a for m in Q_PRELOAD for a in ("--preload", m))),
             relaunch_warmup_args=P_RELAUNCH_WARMUP_ARGS,
+        ),
+        "E": Config(
+            "E",
+            f"R with the next standby forked {E_STANDBY_DELAY:g} s after each server's start",
+            True,
+            instance_extra={"launcher": True, "env": dict(RESTART_LEVERS)},
+            shares="B",
+            launcher_args=("--standby-delay", f"{E_STANDBY_DELAY:g}"),
         ),
     }

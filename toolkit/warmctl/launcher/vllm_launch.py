@@ -1,7 +1,8 @@
 """Pre-imported vLLM: the next server's interpreter has imported vLLM before it is needed.
 
     PYTHON vllm_launch.py [--preload MODULE]... [--stop-timeout S]
-        [--launch-file PATH] [--state-file PATH] -- -m MODULE [ARGS...]
+        [--launch-file PATH] [--state-file PATH] [--prepare LEVEL] [--standby-delay S]
+    -- -m MODULE [ARGS...]
 
 runs `PYTHON -m MODULE ARGS...` (e.g. `-m vllm.entrypoints.cli.main serve MODEL ...`) in a
 standby: a process the launcher forks before it imports anything (the launcher itself imports
@@ -125,6 +126,7 @@ class Options(NamedTuple):
     launch_file: str | None = None
     state_file: str | None = None
     prepare: str = "config"
+    standby_delay: float = 0.0  # s after a server's start before the next standby is forked
 
 
 class Launch(NamedTuple):
@@ -141,7 +143,8 @@ def say(text: str) -> None:
     sys.stderr.flush()
 
 
-_VALUED = ("--preload", "--stop-timeout", "--launch-file", "--state-file", "--prepare")
+_VALUED = ("--preload", "--stop-timeout", "--launch-file", "--state-file", "--prepare",
+           "--standby-delay")  # fmt: skip
 
 
 def parse(argv: list[str]) -> Options:
@@ -160,6 +163,11 @@ def parse(argv: list[str]) -> Options:
                     stop_timeout = float(argv[i + 1])
                 except ValueError:
                     raise UsageError(f"--stop-timeout: not a number: {argv[i + 1]!r}") from None
+            elif opt == "--standby-delay":
+                try:
+                    values[opt] = str(max(0.0, float(argv[i + 1])))
+                except ValueError:
+                    raise UsageError(f"--standby-delay: not a number: {argv[i + 1]!r}") from None
             elif opt == "--prepare" and argv[i + 1] not in PREPARE_LEVELS:
                 raise UsageError(f"--prepare: one of {', '.join(PREPARE_LEVELS)}")
             else:
@@ -181,6 +189,7 @@ def parse(argv: list[str]) -> Options:
         launch_file,
         values.get("--state-file"),
         values.get("--prepare", "config"),
+        float(values.get("--standby-delay", "0")),
     )
 
 
@@ -771,6 +780,9 @@ class Supervisor:
             "check": {},  # the last one's answer
         }
         self.checks_asked = 0  # SIGUSR1s received, not yet answered
+        # when the next standby is forked (--standby-delay after a server's start; inf: only
+        # when a relaunch or a check asks, after a fork that failed)
+        self.standby_due = 0.0
         self.generation = 0
         self.pid = 0
         self.standby: Standby | None = None
@@ -787,9 +799,18 @@ class Supervisor:
             except OSError as exc:  # EAGAIN: the unit's TasksMax, the pids cgroup, memory
                 self.fork_error = f"cannot fork a standby: {exc.strerror or exc}"
                 say(f"{self.fork_error}; the next relaunch tries again")
+                self.standby_due = float("inf")
                 return None
             self.state.update(standby_pid=self.standby.pid, standby="importing")
         return self.standby
+
+    def prepare_later(self) -> None:
+        """The next standby: now, or --standby-delay s from now (its imports then leave the new
+        server's start to itself; a relaunch or a check asked for before forks it at once)."""
+        if self.opts.standby_delay <= 0:
+            self.prepare()
+        else:
+            self.standby_due = time.monotonic() + self.opts.standby_delay
 
     def check_standby(self) -> bool:
         """Whether the standby's report is in (read, said and in the state the first time)."""
@@ -1050,7 +1071,7 @@ def _relaunch(sup: Supervisor) -> None:
     if not sup.start_next(launch):
         raise RuntimeError(f"relaunch: old server stopped in {took:.2f} s; no new server")
     say(f"relaunch: old server stopped in {took:.2f} s (status {code}); {sup.started()}")
-    sup.prepare()  # the next relaunch's standby imports while this server starts and serves
+    sup.prepare_later()  # the next relaunch's standby imports while this server serves
     sup.answered()
     sup.write_state("relaunched")
 
@@ -1069,16 +1090,21 @@ def _server_exited(sup: Supervisor) -> int | None:
 
 def supervise(sup: Supervisor) -> int:
     say(sup.started())
-    sup.prepare()  # the first relaunch's standby
+    sup.prepare_later()  # the first relaunch's standby
     sup.write_state("started")
     if sup.pending is not None:  # a SIGHUP during the first start: handled now
         sup.pending = None
         os.kill(os.getpid(), signal.SIGHUP)
         sup.unanswered -= 1
     while True:
+        if sup.standby is None and time.monotonic() >= sup.standby_due:
+            sup.prepare()  # (a delayed one: due now)
         sup.check_standby()
         if sup.pending is not None and sup.check_standby():
             _relaunch(sup)
+            continue
+        if sup.checks_asked and sup.standby is None and sup.standby_due != float("inf"):
+            sup.standby_due = 0.0  # a delayed standby: forked now for the check
             continue
         if sup.checks_asked and (sup.standby is None or sup.check_standby()):
             sup.answer_checks()
@@ -1088,6 +1114,8 @@ def supervise(sup: Supervisor) -> int:
             continue
         if sup.standby is not None and sup.standby.report is None:  # importing: look again soon
             info = signal.sigtimedwait(HANDLED, 0.1)
+        elif sup.standby is None and sup.standby_due != float("inf"):  # a delayed one
+            info = signal.sigtimedwait(HANDLED, max(0.0, sup.standby_due - time.monotonic()))
         else:
             info = signal.sigwaitinfo(HANDLED)
         if info is None:

@@ -40,6 +40,18 @@ one line and the old server keeps running (at the first start it is fatal: exit 
 start sets the file's variables in the launcher's own environment before the imports, so the
 imports see what a plain start would.
 
+The next server prepared before the old one stops (--prepare LEVEL, default config): once the
+standby has imported and a SIGHUP asks, the launcher sends it the launch file's arguments and
+variables; it parses them with vLLM's own parser and builds vLLM's configuration from them
+(vllm_args.py beside this script, loaded by the standby: vLLM's API process does the same before
+its EngineCore starts, through NVML, without a CUDA context), and answers on its pipe. What vLLM
+rejects is refused like a file that cannot be read (one line, the old server keeps running);
+only then is the old server asked to stop. At "reuse" the standby also loads the tokenizer,
+imports the model's class and keeps the configuration for the server. SIGUSR1 asks the same of
+the standby without a relaunch (`warmctl relaunch --check`): the answer goes to the state file
+("checks", "check"). --standby-delay S forks the next standby S s after a server's start instead
+of at once (at once when a relaunch or a check asks meanwhile).
+
 --state-file: after each start and each SIGHUP the launcher writes what it runs there (JSON: its
 pid and script digest, the generation, the server's pid, its argv with vLLM's secret arguments
 masked, the launch file's digest, digests of the applied variables, the VLLM_* names its imports

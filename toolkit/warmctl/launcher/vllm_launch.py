@@ -1083,6 +1083,10 @@ def _relaunch(sup: Supervisor) -> None:
     if why:
         sup.refuse(why)
         return
+    prepared = sup.state["prepared"]
+    if prepared["checked"]:  # what the old server's last seconds were spent on
+        say(f"standby {standby.pid} prepared the next server in {prepared['seconds']:.2f} s "
+            f"({', '.join(prepared['steps'])}); stopping the old one")  # fmt: skip
     sup.pending = None
     code, took = stop(sup.pid, sup.opts.stop_timeout)
     if _stop_asked():  # a stop came while the old server stopped: no new one

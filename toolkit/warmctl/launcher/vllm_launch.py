@@ -599,6 +599,7 @@ class Standby:
         os.close(go_r)
         self.pid, self._ready_fd, self._go_fd = pid, ready_r, go_w
         self.report: dict | None = None  # its report once it has imported (or failed)
+        self.busy = False  # preparing a server (vet), its answer not read yet
         os.read(ready_r, 1)  # named (vllm-standby) before the launcher goes on: or it ended
 
     def poll(self) -> bool:
@@ -632,6 +633,7 @@ class Standby:
             _write_all(self._go_fd, (json.dumps(request) + "\n").encode())
         except OSError:  # BrokenPipeError: it died after its report
             return {"ok": False, "gone": True, "error": "the standby ended before it checked"}
+        self.busy = True  # until its answer is read: a discard meanwhile kills it
         deadline = time.monotonic() + PREPARE_TIMEOUT
         while not select.select([self._ready_fd], [], [], 0.1)[0]:
             if _stop_asked():
@@ -640,6 +642,7 @@ class Standby:
                 why = f"the standby did not answer in {PREPARE_TIMEOUT:.0f} s"
                 return {"ok": False, "gone": True, "error": why}
         line = _read_line(self._ready_fd)
+        self.busy = False
         try:
             answer = json.loads(line) if line.endswith(b"\n") else None
         except ValueError:
@@ -668,7 +671,7 @@ class Standby:
     def discard(self, wait: float = 0.0) -> None:
         """Not needed: it exits (the end of its pipe, or SIGKILL while it still imports);
         waited for up to `wait` s (a stop leaves nothing for systemd to kill)."""
-        if self.report is None or not self.ready:
+        if self.report is None or not self.ready or self.busy:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
         self._close()

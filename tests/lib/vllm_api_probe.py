@@ -2,19 +2,20 @@
 and vLLM only), one process for every question (the import is most of its time).
 
 stdin: {"argvs": [[MODULE, ARG...], ...], "routes": [[METHOD, PATH, [PARAM...]], ...],
-        "env": [NAME, ...]}
+        "env": [NAME, ...], "modules": [NAME, ...]}
   MODULE is what the unit runs with `python -m`: `vllm.entrypoints.cli.main` (ARGs start with
   `serve MODEL`) or `vllm.entrypoints.openai.api_server`.
 stdout (one JSON line): {"version": ..., "argvs": [{"argv": [...], "error": str|null}, ...],
         "routes": [{"route": [...], "error": str|null}, ...], "env": {NAME: bool, ...},
-        "app_routes": N, "env_known": N}
+        "modules": {NAME: str|null, ...}, "app_routes": N, "env_known": N}
 
 Arguments: vLLM's parser of that module (the `serve` subcommand's, or the API server's
 make_arg_parser) parses each ARG list, then `validate_parsed_serve_args`, as the module's own
 main does, without starting anything. Routes: the FastAPI app vLLM's API server builds
 (`build_app`) with VLLM_SERVER_DEV_MODE=1, without an engine; a route is missing when no route
 of the app has that path and method, or it declares query parameters and not one warmctl sends.
-Variables: the keys of `vllm.envs.environment_variables`, what the release reads.
+Variables: the keys of `vllm.envs.environment_variables`, what the release reads. Modules: what
+the units run with `-m` and the launcher imports by name, each imported.
 """
 
 from __future__ import annotations
@@ -102,6 +103,13 @@ def main() -> None:
     import vllm.envs
 
     out: dict = {"version": str(vllm.__version__), "argvs": [], "routes": [], "env": {}}
+    out["modules"] = {}
+    for name in request.get("modules", []):
+        try:
+            importlib.import_module(name)
+            out["modules"][name] = None
+        except Exception as exc:  # ImportError, or what the module raised while importing
+            out["modules"][name] = f"{type(exc).__name__}: {exc}"
     serve_args = None
     for argv in request["argvs"]:
         parsed, error = parse(argv[0], argv[1:])

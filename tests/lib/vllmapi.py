@@ -26,10 +26,12 @@ class Question:
     argvs: list[list[str]] = field(default_factory=list)  # [MODULE, ARG...] each
     routes: list[tuple[str, str, list[str]]] = field(default_factory=list)
     env: list[str] = field(default_factory=list)
+    modules: list[str] = field(default_factory=list)  # imported by name (-m, the launcher)
 
     def to_json(self) -> str:
+        routes = [list(r) for r in self.routes]
         return json.dumps(
-            {"argvs": self.argvs, "routes": [list(r) for r in self.routes], "env": self.env}
+            {"argvs": self.argvs, "routes": routes, "env": self.env, "modules": self.modules}
         )
 
 
@@ -49,8 +51,12 @@ class Report:
     def unknown_env(self) -> list[str]:
         return sorted(name for name, known in self.raw["env"].items() if not known)
 
+    def module_errors(self) -> dict[str, str]:
+        return {name: error for name, error in self.raw["modules"].items() if error}
+
     def problems(self) -> list[str]:
-        lines = [f"{' '.join(argv)}: {error}" for argv, error in self.argv_errors().items()]
+        lines = [f"cannot import {name}: {error}" for name, error in self.module_errors().items()]
+        lines += [f"{' '.join(argv)}: {error}" for argv, error in self.argv_errors().items()]
         lines += list(self.route_errors().values())
         lines += [
             f"{name} is not a variable vLLM {self.version} reads" for name in self.unknown_env()
@@ -107,8 +113,11 @@ def rendered_units() -> list[tuple[str, Any]]:
 
 def question_for(units: Iterable[Any], routes: Iterable[Any]) -> Question:
     """What the units pass to vLLM: each server's `-m MODULE ARGS` (under the launcher, its
-    launch file's arguments) and the VLLM_* variables of its env and launch files; and the
-    routes (warmctl.vllmmatrix.ROUTES)."""
+    launch file's arguments), the VLLM_* variables of its env and launch files, the modules
+    it runs and the launcher imports by name (its DEFAULT_PRELOAD); and the routes
+    (warmctl.vllmmatrix.ROUTES)."""
+    from warmctl.launcher.vllm_launch import DEFAULT_PRELOAD
+
     argvs: dict[tuple[str, ...], None] = {}
     env: dict[str, None] = {}
     for r in units:
@@ -119,8 +128,10 @@ def question_for(units: Iterable[Any], routes: Iterable[Any]) -> Question:
         for name in {**r.env, **r.launch_env}:
             if name.startswith("VLLM_"):
                 env[name] = None
+    modules = {a[0]: None for a in argvs} | dict.fromkeys(DEFAULT_PRELOAD)
     return Question(
         argvs=[list(a) for a in argvs],
         routes=[(r.method, r.path, list(r.params)) for r in routes],
         env=sorted(env),
+        modules=list(modules),
     )

@@ -159,7 +159,8 @@ DEPENDENCIES: tuple[Dependency, ...] = (
         "unit and launcher (GPU)",
         "`python -m vllm.entrypoints.cli.main serve MODEL` and its arguments; the launcher "
         "imports that module by name",
-        "CI: vLLM's parser accepts every argument of the rendered units and launch files",
+        "CI: the module and the launcher's preloads import; vLLM's parser accepts every "
+        "argument of the rendered units and launch files",
     ),
     Dependency(
         "unit and launcher (CPU)",

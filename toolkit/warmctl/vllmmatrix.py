@@ -57,8 +57,9 @@ RELEASES: tuple[Release, ...] = (
         summary="verified by the GPU host e2e (H200)",
         gpu_e2e=(
             "H200 (torch 2.11, CUDA 13): the collection deployed onto a systemd GPU host: site, "
-            "sleep windows at levels 1 and 2 with the output check, relaunch, tensor parallel, "
-            "verify, the benchmarks (docs/GPU-E2E.md, docs/BENCHMARKS.md)"
+            "sleep windows at levels 1 and 2 with the output check, restart and reload under "
+            "the launcher, verify, the benchmarks (docs/GPU-E2E.md, docs/BENCHMARKS.md); not "
+            "run there yet: tensor parallel, the launcher's standby forked before its imports"
         ),
         cpu_e2e="",
         code=(

@@ -72,15 +72,25 @@ def results_table(results: Sequence[Mapping[str, Any]], style: Callable[[str], A
 
 def fleet_lines(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
     """The role's table as plain lines (the play's output): a row per host and instance;
-    `rows`: inventory host -> its results, each with its `instance`."""
+    `rows`: inventory host -> its results, each with its `instance` (and, from the deploy, the
+    `vllm` release it runs: a VLLM column)."""
     from warmctl.termsafe import safe
 
+    release = any("vllm" in r for results in rows.values() for r in results)
     body = [
-        [safe(c, one_line=True) for c in [host, str(r["instance"]), *cells(r)]]
+        [
+            safe(c, one_line=True)
+            for c in [
+                host,
+                str(r["instance"]),
+                *([str(r.get("vllm") or "-")] if release else []),
+                *cells(r),
+            ]
+        ]
         for host, results in rows.items()
         for r in results
     ]
-    lines = [["HOST", "INSTANCE", *COLUMNS], *body]
+    lines = [["HOST", "INSTANCE", *(["VLLM"] if release else []), *COLUMNS], *body]
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     return [
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines

@@ -17,7 +17,7 @@ import pytest
 
 from tests.waker.support import GateFiles, Waker
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="another uid needs root to play")
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="another uid needs root to play")
 NOBODY = 65534
 SOCKET_GID = 65534  # nogroup: the socket's group here (nginx's on a host)
 OTHER_GID = 4242  # a group the socket is not given
@@ -88,6 +88,7 @@ def waker_in(open_gate: GateFiles, tmp_path: Path, vllm_double) -> Iterator[Call
         waker.stop()
 
 
+@as_root
 def test_only_the_socket_group_and_the_owner_connect(
     waker_in: Callable[..., Waker], open_gate: GateFiles
 ) -> None:
@@ -103,6 +104,7 @@ def test_only_the_socket_group_and_the_owner_connect(
     assert waker.state()["activities"] == 1  # the group's datagram, not the other's
 
 
+@as_root
 def test_without_a_group_only_the_owner_connects(
     waker_in: Callable[..., Waker], open_gate: GateFiles
 ) -> None:
@@ -131,3 +133,27 @@ def test_a_group_the_waker_is_not_in_is_one_line_and_nothing_bound(
         assert result.exit_code == 2, result.output
         assert len(lines) == 1 and f"--socket-group {group}" in lines[0] and why in lines[0]
         assert not open_gate.socket.exists()
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_the_unit_gives_its_sockets_nginx_group_and_descriptors_for_its_bound(device: str) -> None:
+    """The rendered waker unit: nginx's group as a supplementary group and --socket-group, chown
+    back in its system call filter, and a descriptor limit that holds --max-connections."""
+    from warmctl.render import render_instance
+    from warmctl.unitfile import systemd_split, unit_values
+    from warmctl.waker.service import FD_RESERVE
+
+    instance = {"name": "tiny", "model": "/m", "port": 8000, "idle_sleep": {"after": "1m"}}
+    host = {"vllm_proxy_enabled": True, "vllm_proxy_nginx_group": "nginx-workers",
+            "vllm_preflight_device_kind": device}  # fmt: skip
+    files = render_instance(instance, host).files
+    unit = files["/etc/systemd/system/vllm-tiny-waker.service"]
+    [start] = unit_values(unit, "Service", "ExecStart")
+    argv = systemd_split(start)
+    bound = int(argv[argv.index("--max-connections") + 1])
+    assert argv[argv.index("--socket-group") + 1] == "nginx-workers"
+    assert unit_values(unit, "Service", "SupplementaryGroups") == ["nginx-workers"]
+    [limit] = unit_values(unit, "Service", "LimitNOFILE")
+    assert int(limit) >= bound + FD_RESERVE, (limit, bound)
+    filters = unit_values(unit, "Service", "SystemCallFilter")
+    assert filters.index("@chown") > filters.index("~@privileged @resources"), filters

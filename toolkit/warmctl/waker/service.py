@@ -240,8 +240,8 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
         tasks.append(asyncio.create_task(metrics.writer()))
         idle_text = f"idle sleep after {cfg.idle_after:g} s" if idle else "no idle sleep"
         info_line(
-            f"{cfg.name}: waker listening on {cfg.socket} (hold up to {cfg.hold:g} s, "
-            f"{idle_text}; vLLM at {cfg.target})"
+            f"{cfg.name}: waker listening on {cfg.socket} (hold up to {cfg.hold:g} s, at most "
+            f"{bound} connections, {idle_text}; vLLM at {cfg.target})"
         )
         _notify_ready()
         await stop.wait()

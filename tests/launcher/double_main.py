@@ -11,7 +11,8 @@ checks a launch file with them as it checks vLLM's; a value vLLM's parser reject
 `--max-num-seqs 99999` kills the process that checks it (a standby out of memory).
 
 DOUBLE_READY_FILE=PATH: /health says 503 (a server still starting) until PATH exists; the
-number of /health requests it has answered so far is in PATH.asked (a test reads who asked)."""
+server's pid and the number of /health requests it has answered so far are in PATH.asked (a
+test reads who asked which server)."""
 
 from __future__ import annotations
 
@@ -56,13 +57,14 @@ def validate_parsed_serve_args(args: argparse.Namespace) -> None:
 
 def _ready_when(double: VllmDouble, path: str, stop: threading.Event) -> None:
     """Ready once `path` exists; the /health requests answered so far in `path`.asked."""
+    me = os.getpid()
     told = -1
     while not stop.is_set():
         with double.lock:
             asked = sum(1 for _, p in double.counters.requests if p.startswith("/health"))
         if asked != told:
             with open(f"{path}.asked.tmp", "w") as f:
-                f.write(f"{asked}\n")
+                f.write(f"{me} {asked}\n")
             os.replace(f"{path}.asked.tmp", f"{path}.asked")
             told = asked
         if os.path.exists(path):

@@ -31,8 +31,9 @@ def _start(launch, tmp_path: Path) -> tuple[Any, Path, Path]:
     return lp, ready, state
 
 
-def _asked(ready: Path, count: int, timeout: float = 30.0) -> None:
-    """Wait until the double has answered `count` /health requests (503: not ready)."""
+def _asked(ready: Path, server: int, count: int, timeout: float = 30.0) -> None:
+    """Wait until the double of pid `server` has answered `count` /health requests (503: not
+    ready)."""
     deadline = time.monotonic() + timeout
     seen = ""
     while time.monotonic() < deadline:
@@ -40,10 +41,11 @@ def _asked(ready: Path, count: int, timeout: float = 30.0) -> None:
             seen = Path(f"{ready}.asked").read_text().strip()
         except OSError:
             seen = ""
-        if seen and int(seen) >= count:
+        pid, _, asked = seen.partition(" ")
+        if pid == str(server) and int(asked) >= count:
             return
         time.sleep(0.05)
-    raise AssertionError(f"the double was asked /health {seen or 0} times, not {count}")
+    raise AssertionError(f"server {server} not asked /health {count} times: {seen!r}")
 
 
 def _state(path: Path, done, timeout: float = 30.0) -> dict[str, Any]:
@@ -65,7 +67,7 @@ def test_the_next_standby_is_forked_once_the_server_is_ready(launch, tmp_path: P
     doc = wait_state(state, 0)
     server = doc["server_pid"]
     assert doc["last"] == "started" and doc["standby"] == "none" and doc["standby_pid"] == 0
-    _asked(ready, 3)  # the launcher asked, the server said 503 (still starting): no standby
+    _asked(ready, server, 3)  # the launcher asked, the server said 503 (still starting): no standby
     doc = json.loads(state.read_text())
     assert doc["standby"] == "none" and doc["standby_pid"] == 0, doc
     ready.touch()
@@ -80,14 +82,13 @@ def test_the_next_standby_is_forked_once_the_server_is_ready(launch, tmp_path: P
 def test_a_relaunch_before_the_server_is_ready_still_relaunches(launch, tmp_path: Path) -> None:
     lp, ready, state = _start(launch, tmp_path)  # the double never says it is ready
     first = wait_state(state, 0)
-    _asked(ready, 1)
+    _asked(ready, first["server_pid"], 1)
     lp.proc.send_signal(signal.SIGHUP)  # the standby is forked at once for it
     doc = wait_state(state, 1)
     assert doc["last"] == "relaunched" and doc["generation"] == 2, doc
     assert doc["server_pid"] != first["server_pid"]
     # the next standby waits for the new server to be ready, as after the first start
-    asked = int(Path(f"{ready}.asked").read_text())
-    _asked(ready, asked + 2)
+    _asked(ready, doc["server_pid"], 2)
     doc = json.loads(state.read_text())
     assert doc["standby"] == "none" and doc["standby_pid"] == 0, doc
 

@@ -77,6 +77,7 @@ def test_the_next_standby_is_forked_once_the_server_is_ready(launch, tmp_path: P
     assert lp.proc.wait(timeout=30) == 0
     err = lp.stderr()
     assert "server ready" in err and "after its start: the next standby imports now" in err
+    assert "forking a standby with" not in err  # asking /health left no thread behind
 
 
 def test_a_relaunch_before_the_server_is_ready_still_relaunches(launch, tmp_path: Path) -> None:

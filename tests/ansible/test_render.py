@@ -73,7 +73,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     assert unit_values(r.unit_text, "Service", "ExecStart") == [
         "/opt/vllm/venv/bin/python /opt/warmctl/share/warmctl/vllm_launch.py --stop-timeout 90 "
         "--launch-file /etc/vllm/qwen.launch --state-file /run/vllm-qwen/launcher.json "
-        "-- -m vllm.entrypoints.cli.main"
+        "--standby-delay ready -- -m vllm.entrypoints.cli.main"
     ]
     assert r.launch_path == "/etc/vllm/qwen.launch"
     assert unit_values(r.unit_text, "Service", "RuntimeDirectory") == ["vllm-qwen"]
@@ -528,6 +528,8 @@ def test_launcher_wraps_the_server_and_reload_relaunches():
         "/etc/vllm/coder.launch",
         "--state-file",
         "/run/vllm-coder/launcher.json",
+        "--standby-delay",  # the next standby imports once the server is ready
+        "ready",
         "--",
         "-m",
         "vllm.entrypoints.cli.main",

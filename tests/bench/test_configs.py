@@ -226,3 +226,34 @@ def test_p_and_q_prepare_the_next_server_and_warm_a_relaunch_shorter(site):
     assert [s.config.key for s in parse_plan("P+relaunch,Q+relaunch", table)] == ["P", "Q"]
     d = table["E"].launch(site, site.workdir / "t3").spec.argv
     assert d[d.index("--") - 2 : d.index("--")] == ["--standby-delay", "60"]
+
+
+def test_x_is_r_prepared_with_the_standby_forked_once_the_server_is_ready(site):
+    """X: R's levers in the launch file (the same vLLM arguments and variables as R's, so it
+    loads R's compiled artifact from the cache it shares with B and R), P's `--prepare reuse`
+    and relaunch warmup, and the launcher's `--standby-delay ready` (after the unit's options:
+    the last --standby-delay wins); parse_plan takes X+relaunch."""
+    from warmctl.launcher.vllm_launch import parse, parse_launch
+
+    table = configs.standard()
+    r = table["R"].launch(site, site.workdir / "t0")
+    x = table["X"].launch(site, site.workdir / "t1")
+    cut = x.spec.argv.index("--")
+    assert x.spec.argv[cut - 4 : cut] == ["--prepare", "reuse", "--standby-delay", "ready"]
+    opts = parse(x.spec.argv[2:])
+    assert opts.standby_ready and opts.prepare == "reuse"
+
+    def launched(launch: configs.Launch) -> tuple[list[str], dict[str, str]]:
+        argv = launch.spec.argv
+        text = Path(argv[argv.index("--launch-file") + 1]).read_text()
+        doc = parse_launch(text.encode())
+        return doc.args, doc.env
+
+    args, env = launched(x)
+    assert (args, env) == launched(r)
+    assert configs.RESTART_LEVERS.items() <= env.items()
+    assert x.relaunch_warmup_argv is not None
+    assert x.relaunch_warmup_argv[-5:] == list(configs.P_RELAUNCH_WARMUP_ARGS)
+    assert x.warmup_argv == r.warmup_argv
+    assert table["X"].cache_key == table["R"].cache_key == "B"
+    assert [s.config.key for s in parse_plan("A,P+relaunch,R,X+relaunch", table)][-1] == "X"

@@ -8,7 +8,11 @@ Its arguments are parsed as vLLM parses its own: `make_arg_parser` and
 `validate_parsed_serve_args`, the names vLLM's server module has, so the launcher's standby
 checks a launch file with them as it checks vLLM's; a value vLLM's parser rejects (e.g.
 `--max-model-len abc`) is rejected here the same way, and the server exits 2 on it.
-`--max-num-seqs 99999` kills the process that checks it (a standby out of memory)."""
+`--max-num-seqs 99999` kills the process that checks it (a standby out of memory).
+
+DOUBLE_READY_FILE=PATH: /health says 503 (a server still starting) until PATH exists; the
+server's pid and the number of /health requests it has answered so far are in PATH.asked (a
+test reads who asked which server)."""
 
 from __future__ import annotations
 
@@ -51,6 +55,24 @@ def validate_parsed_serve_args(args: argparse.Namespace) -> None:
         raise ValueError(f"max_num_seqs ({args.max_num_seqs}) must be at least 1")
 
 
+def _ready_when(double: VllmDouble, path: str, stop: threading.Event) -> None:
+    """Ready once `path` exists; the /health requests answered so far in `path`.asked."""
+    me = os.getpid()
+    told = -1
+    while not stop.is_set():
+        with double.lock:
+            asked = sum(1 for _, p in double.counters.requests if p.startswith("/health"))
+        if asked != told:
+            with open(f"{path}.asked.tmp", "w") as f:
+                f.write(f"{me} {asked}\n")
+            os.replace(f"{path}.asked.tmp", f"{path}.asked")
+            told = asked
+        if os.path.exists(path):
+            double.config.not_ready_until = 0.0
+            return
+        stop.wait(0.02)
+
+
 def main(argv: list[str]) -> int:
     args = make_arg_parser().parse_args(argv)
     try:
@@ -64,6 +86,10 @@ def main(argv: list[str]) -> int:
         max_num_seqs=args.max_num_seqs,
     ).start()
     stop = threading.Event()
+    ready_file = os.environ.get("DOUBLE_READY_FILE")
+    if ready_file:
+        double.config.not_ready_until = float("inf")
+        threading.Thread(target=_ready_when, args=(double, ready_file, stop), daemon=True).start()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stop.wait()
     double.stop()

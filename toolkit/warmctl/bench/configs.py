@@ -30,8 +30,12 @@ E  R with the next standby forked `E_STANDBY_DELAY` s after each server's start 
    `--standby-delay`), not at once: whether the standby's imports, running beside a relaunched
    server's start, are R's stall (12 s between graph capture and "Kernel JIT monitor
    activated" in one run of two).
-   W, V, S, L, R, P, Q and E share B's cache dir and HOME, so their first start is a primed restart
-   (R's first compiles its one artifact: R's later starts are the ones to read).
+X  R's levers, P's `--prepare reuse` and relaunch warmup, and the next standby forked once the
+   server answers /health (`X_LAUNCHER_ARGS`: the launcher's `--standby-delay ready`), so no
+   standby imports beside a starting server: the relaunch the issue's target is judged on.
+   W, V, S, L, R, P, Q, E and X share B's cache dir and HOME, so their first start is a primed
+   restart (R's first start compiles the one artifact that R and X load: their later starts
+   are the ones to read).
 C  B with levers changed: the CUDA-graph capture-size policy (`C_CAPTURE_SIZES`: every
    batch up to 512 tokens still runs in a graph, in 15 sizes instead of vLLM's 51, so each
    restart captures a third as many graphs), and optionally a KV cache sized to the workload
@@ -73,6 +77,8 @@ P_RELAUNCH_WARMUP_ARGS = V_WARMUP_ARGS
 # E: R, the next standby forked this long after a server's start (past a relaunch's ready and
 # warmup, before the bench's next SIGHUP: a cold start takes longer than this to be measured)
 E_STANDBY_DELAY = 60.0
+# X: R + P, the next standby forked once the server is ready (its /health) instead of at once
+X_LAUNCHER_ARGS = (*P_LAUNCHER_ARGS, "--standby-delay", "ready")
 # Q: P, and the standby imports what the EngineCore imports to build and run the model (the
 # launcher's default preload first; a module this vLLM lacks is said and skipped, not fatal)
 Q_PRELOAD = (
@@ -369,5 +375,15 @@ def standard(
             instance_extra={"launcher": True, "env": dict(RESTART_LEVERS)},
             shares="B",
             launcher_args=("--standby-delay", f"{E_STANDBY_DELAY:g}"),
+        ),
+        "X": Config(
+            "X",
+            "R with P's preparing and relaunch warmup, the next standby forked once the server "
+            "is ready (launcher " + " ".join(X_LAUNCHER_ARGS) + ")",
+            True,
+            instance_extra={"launcher": True, "env": dict(RESTART_LEVERS)},
+            shares="B",
+            launcher_args=X_LAUNCHER_ARGS,
+            relaunch_warmup_args=P_RELAUNCH_WARMUP_ARGS,
         ),
     }

@@ -65,10 +65,11 @@ def _parse_sizes(text: str) -> tuple[int, ...]:
     help="Starts in order (A plain vLLM, B the unit, C B + levers, W/V B with a shorter warmup, "
     "S B with a spawned EngineCore, L B under the launcher, R L with vLLM's start-up levers, "
     "P L with the standby preparing the next server and a shorter warmup after a relaunch, Q P "
-    "with the EngineCore's modules preloaded, E R with the next standby forked later; "
-    "W, V, S, L, R, P, Q and E restart from B's caches); a configuration's repeat is a restart "
-    "with primed caches; +sleep adds the sleep/wake cycles, +load sleep and wake under 16 "
-    "streaming clients, +relaunch (L, R, P, Q, E) a relaunch.",
+    "with the EngineCore's modules preloaded, E R with the next standby forked later, X R + P "
+    "with the next standby forked once the server is ready; "
+    "W, V, S, L, R, P, Q, E and X restart from B's caches); a configuration's repeat is a "
+    "restart with primed caches; +sleep adds the sleep/wake cycles, +load sleep and wake under "
+    "16 streaming clients, +relaunch (L, R, P, Q, E, X) a relaunch.",
 )
 @click.option(
     "--device",

@@ -1,7 +1,7 @@
 """Pre-imported vLLM: the next server's interpreter has imported vLLM before it is needed.
 
     PYTHON vllm_launch.py [--preload MODULE]... [--stop-timeout S]
-        [--launch-file PATH] [--state-file PATH] [--prepare LEVEL] [--standby-delay S]
+        [--launch-file PATH] [--state-file PATH] [--prepare LEVEL] [--standby-delay S|ready]
     -- -m MODULE [ARGS...]
 
 runs `PYTHON -m MODULE ARGS...` (e.g. `-m vllm.entrypoints.cli.main serve MODEL ...`) in a
@@ -50,7 +50,11 @@ only then is the old server asked to stop. At "reuse" the standby also loads the
 imports the model's class and keeps the configuration for the server. SIGUSR1 asks the same of
 the standby without a relaunch (`warmctl relaunch --check`): the answer goes to the state file
 ("checks", "check"). --standby-delay S forks the next standby S s after a server's start instead
-of at once (at once when a relaunch or a check asks meanwhile).
+of at once (at once when a relaunch or a check asks meanwhile); --standby-delay ready forks it
+once the server answers its own /health (200; the host and port of its arguments, polled with
+the standard library's http.client every READY_POLL s; at the latest READY_WAIT_MAX s after its
+start; at once with --uds), so no standby imports beside a starting server. The last
+--standby-delay given wins.
 
 --state-file: after each start and each SIGHUP the launcher writes what it runs there (JSON: its
 pid and script digest, the generation, the server's pid, its argv with vLLM's secret arguments
@@ -120,6 +124,11 @@ PREPARE_LEVELS = ("parse", "config", "reuse")
 ARGS_SCRIPT = "vllm_args.py"
 # seconds a standby may take to answer a prepare (vLLM reads the model's config from disk)
 PREPARE_TIMEOUT = 300.0
+# --standby-delay ready: how often the server's /health is asked, how long one answer may take,
+# and when the next standby is forked anyway (a server that never says it is ready)
+READY_POLL = 0.5
+HEALTH_TIMEOUT = 2.0
+READY_WAIT_MAX = 600.0
 RETRY = "\0retry"  # Supervisor.vet: the standby is gone, another one asks again
 
 
@@ -140,6 +149,7 @@ class Options(NamedTuple):
     state_file: str | None = None
     prepare: str = "config"
     standby_delay: float = 0.0  # s after a server's start before the next standby is forked
+    standby_ready: bool = False  # the next standby is forked once the server is ready (/health)
 
 
 class Launch(NamedTuple):
@@ -176,11 +186,14 @@ def parse(argv: list[str]) -> Options:
                     stop_timeout = float(argv[i + 1])
                 except ValueError:
                     raise UsageError(f"--stop-timeout: not a number: {argv[i + 1]!r}") from None
+            elif opt == "--standby-delay" and argv[i + 1] == "ready":
+                values[opt] = "ready"
             elif opt == "--standby-delay":
                 try:
                     values[opt] = str(max(0.0, float(argv[i + 1])))
                 except ValueError:
-                    raise UsageError(f"--standby-delay: not a number: {argv[i + 1]!r}") from None
+                    why = f"not a number or 'ready': {argv[i + 1]!r}"
+                    raise UsageError(f"--standby-delay: {why}") from None
             elif opt == "--prepare" and argv[i + 1] not in PREPARE_LEVELS:
                 raise UsageError(f"--prepare: one of {', '.join(PREPARE_LEVELS)}")
             else:
@@ -192,6 +205,7 @@ def parse(argv: list[str]) -> Options:
     if len(rest) < 2 or rest[0] != "-m" or not rest[1]:
         raise UsageError("expected: [--preload MODULE]... -- -m MODULE ARGS...")
     launch_file = values.get("--launch-file")
+    delay = values.get("--standby-delay", "0")
     if launch_file and rest[2:]:
         raise UsageError("with --launch-file the server's arguments come from the file alone")
     return Options(
@@ -202,7 +216,8 @@ def parse(argv: list[str]) -> Options:
         launch_file,
         values.get("--state-file"),
         values.get("--prepare", "config"),
-        float(values.get("--standby-delay", "0")),
+        0.0 if delay == "ready" else float(delay),
+        delay == "ready",
     )
 
 
@@ -249,6 +264,59 @@ def read_launch(path: str) -> Launch:
     except OSError as exc:
         raise LaunchFileError(f"cannot read it: {exc.strerror or exc}") from None
     return parse_launch(data)
+
+
+def health_target(args: list[str]) -> tuple[str, int, bool] | None:
+    """Where the server of `args` answers /health: (host, port, TLS), from its --host, --port
+    (vLLM's default 8000) and --ssl-keyfile, the last of each as vLLM's parser takes it; None
+    when it listens on a Unix socket (--uds)."""
+
+    def value(flag: str) -> str | None:
+        found = None
+        for i, arg in enumerate(args):
+            if arg == flag and i + 1 < len(args):
+                found = args[i + 1]
+            elif arg.startswith(flag + "="):
+                found = arg.split("=", 1)[1]
+        return found
+
+    if value("--uds") is not None:
+        return None
+    try:
+        port = int(value("--port") or 8000)
+    except ValueError:
+        port = 8000
+    host = (value("--host") or "").strip("[]")
+    if host in ("", "0.0.0.0"):  # every address: the loopback one
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return host, port, value("--ssl-keyfile") is not None
+
+
+def healthy(host: str, port: int, tls: bool) -> bool:
+    """Whether the server answers GET /health with 200 (vLLM: its engine is up). The standard
+    library's http.client: no proxy variables, no thread, nothing of vLLM's imported."""
+    import http.client
+
+    conn: http.client.HTTPConnection
+    try:
+        if tls:  # the server's own certificate, on its own address: not what is checked here
+            import ssl
+
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            conn = http.client.HTTPSConnection(host, port, timeout=HEALTH_TIMEOUT, context=context)
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=HEALTH_TIMEOUT)
+        try:
+            conn.request("GET", "/health")
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException):
+        return False
 
 
 def env_digests(env: dict[str, str]) -> dict[str, str]:
@@ -799,6 +867,11 @@ class Supervisor:
         # when the next standby is forked (--standby-delay after a server's start; inf: only
         # when a relaunch or a check asks, after a fork that failed)
         self.standby_due = 0.0
+        # --standby-delay ready: where the server answers /health while the launcher waits for
+        # it to be ready (None: not waiting), when it is asked next, since when it is waited for
+        self.ready_wait: tuple[str, int, bool] | None = None
+        self.next_poll = 0.0
+        self.ready_from = 0.0
         self.generation = 0
         self.pid = 0
         self.standby: Standby | None = None
@@ -810,6 +883,7 @@ class Supervisor:
     def prepare(self) -> Standby | None:
         """The standby, forked now if there is none (None: it cannot be forked, said)."""
         if self.standby is None:
+            self.ready_wait = None  # forked now: not waiting for the server any more
             try:
                 self.standby = Standby(self.opts.module, self.extra)
             except OSError as exc:  # EAGAIN: the unit's TasksMax, the pids cgroup, memory
@@ -821,12 +895,41 @@ class Supervisor:
         return self.standby
 
     def prepare_later(self) -> None:
-        """The next standby: now, or --standby-delay s from now (its imports then leave the new
-        server's start to itself; a relaunch or a check asked for before forks it at once)."""
-        if self.opts.standby_delay <= 0:
+        """The next standby: now, --standby-delay s from now, or once the server is ready (its
+        imports then leave the new server's start to itself; a relaunch or a check asked for
+        before forks it at once)."""
+        now = time.monotonic()
+        target = health_target(self.launch.args) if self.opts.standby_ready else None
+        if target is not None:
+            self.ready_wait, self.next_poll, self.ready_from = target, now, now
+            self.standby_due = now + READY_WAIT_MAX
+        elif self.opts.standby_delay <= 0 or self.opts.standby_ready:  # ready on --uds: now
             self.prepare()
         else:
-            self.standby_due = time.monotonic() + self.opts.standby_delay
+            self.standby_due = now + self.opts.standby_delay
+
+    def standby_wanted(self) -> bool:
+        """Whether the next standby is due now: its delay is over, or (--standby-delay ready)
+        the server answers /health, asked at most every READY_POLL s."""
+        now = time.monotonic()
+        took = now - self.ready_from
+        if now >= self.standby_due:
+            if self.ready_wait is not None and took >= READY_WAIT_MAX:
+                say(f"server not ready {took:.0f} s after its start: the next standby imports now")
+            return True
+        if self.ready_wait is None or now < self.next_poll:
+            return False
+        self.next_poll = now + READY_POLL
+        if not healthy(*self.ready_wait):
+            return False
+        say(f"server ready {took:.1f} s after its start: the next standby imports now")
+        return True
+
+    def standby_wake(self) -> float:
+        """When the main loop looks again at a standby not yet forked (monotonic)."""
+        if self.ready_wait is None:
+            return self.standby_due
+        return min(self.standby_due, self.next_poll)
 
     def check_standby(self) -> bool:
         """Whether the standby's report is in (read, said and in the state the first time)."""
@@ -1124,8 +1227,8 @@ def supervise(sup: Supervisor) -> int:
         os.kill(os.getpid(), signal.SIGHUP)
         sup.unanswered -= 1
     while True:
-        if sup.standby is None and time.monotonic() >= sup.standby_due:
-            sup.prepare()  # (a delayed one: due now)
+        if sup.standby is None and sup.standby_wanted():
+            sup.prepare()  # (a delayed one: due now, or its server is ready)
         sup.check_standby()
         if sup.pending is not None and sup.check_standby():
             _relaunch(sup)
@@ -1142,7 +1245,7 @@ def supervise(sup: Supervisor) -> int:
         if sup.standby is not None and sup.standby.report is None:  # importing: look again soon
             info = signal.sigtimedwait(HANDLED, 0.1)
         elif sup.standby is None and sup.standby_due != float("inf"):  # a delayed one
-            info = signal.sigtimedwait(HANDLED, max(0.0, sup.standby_due - time.monotonic()))
+            info = signal.sigtimedwait(HANDLED, max(0.0, sup.standby_wake() - time.monotonic()))
         else:
             info = signal.sigwaitinfo(HANDLED)
         if info is None:

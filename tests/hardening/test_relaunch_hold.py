@@ -6,6 +6,7 @@ starts and warms, the flag goes). 16 clients stream through the proxy the whole 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.ansible.test_reload_role import Host as ReloadHost
 from tests.double import VllmDouble, wait_until
 from tests.hardening.fleet_load import LoadCounts, StreamLoad
 from tests.hardening.proxy_support import Nginx, free_port, render_proxy
@@ -25,10 +27,14 @@ BODY = {"model": "double-model", "prompt": "hello", "max_tokens": 5, "stream": T
 CLIENTS = 16
 
 
-def longest_hold(waker: Waker) -> float:
-    """The longest hold the waker reported ("... released (the longest held X s)"), 0 if none."""
-    held = re.findall(r"released \(the longest held ([0-9.]+) s\)", waker.log())
-    return max((float(s) for s in held), default=0.0)
+def holds(waker: Waker) -> list[float]:
+    """Each release the waker reported ("... released (the longest held X s)"): its longest."""
+    return [float(s) for s in re.findall(r"released \(the longest held ([0-9.]+) s\)", waker.log())]
+
+
+def longest_hold(waker: Waker, since: int = 0) -> float:
+    """The longest hold of the releases after the first `since`, 0 if none."""
+    return max(holds(waker)[since:], default=0.0)
 
 
 @dataclass
@@ -190,3 +196,109 @@ def test_behind_a_load_balancer_the_restart_drains_as_before(tmp_path: Path) -> 
     )["vllm-tiny.conf"]  # fmt: skip
     for conf in (door, told):
         assert "tiny.holding" not in conf and "tiny.draining" in conf
+
+
+# -- the role's restart task file with the real launcher -----------------------------------------
+
+
+class ProxiedHost(ReloadHost):
+    """tests/ansible/test_reload_role.py's host (the role renders into a temporary root, `a`
+    runs under the real launcher serving the double, systemctl is the fake that runs a unit's
+    ExecReload= lines), with `a` behind the real proxy and its waker, not load balanced."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path)
+        self.public = free_port()  # the clients' door (nginx); self.port is vLLM's (upstream)
+        self.gate = GateFiles(tmp_path / "gate", "a")
+        self.gate.dir.mkdir()
+        self.nginx_root = tmp_path / "nginx"
+
+    def proxy_vars(self) -> dict[str, Any]:
+        return {
+            "vllm_proxy_enabled": True,
+            "vllm_proxy_gate_dir": str(self.gate.dir),
+            "vllm_proxy_conf_dir": str(self.nginx_root / "conf.d"),
+            "vllm_proxy_upstream_port_offset": self.port - self.public,
+            "vllm_preflight_device_kind": "gpu",
+        }
+
+    def variables(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        out = super().variables(a, b)
+        a_item, b_item = out["vllm_service_instances"]
+        out["vllm_service_instances"] = [{**a_item, "port": self.public},
+                                         {**b_item, "port": self.public + 1}]  # fmt: skip
+        return {**out, **self.proxy_vars()}
+
+
+@pytest.fixture
+def proxied_host(nginx_bin: str, tmp_path: Path) -> Iterator[tuple[ProxiedHost, Nginx, Waker]]:
+    import os
+    import signal
+    import subprocess
+
+    h = ProxiedHost(tmp_path)
+    started: list[Any] = []
+    try:
+        h.deploy({"max_num_seqs": 4}, {"max_num_seqs": 4})  # the units and launch file
+        h.start()  # a's launcher and its server
+        files = render_proxy({"name": "a", "model": "/m", "port": h.public}, h.proxy_vars())
+        waker = Waker(h.gate, f"127.0.0.1:{h.port}", tmp_path / "waker.log", hold=120,
+                      holding=True).start()  # fmt: skip
+        started.append(waker)
+        nginx = Nginx(nginx_bin, h.nginx_root, files).start(h.public)
+        started.append(nginx)
+        yield h, nginx, waker
+    finally:
+        for thing in reversed(started):
+            thing.stop()
+        if h.launcher and h.launcher.poll() is None:
+            os.killpg(h.launcher.pid, signal.SIGTERM)
+            try:
+                h.launcher.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(h.launcher.pid, signal.SIGKILL)
+
+
+def test_the_roles_relaunch_and_config_reload_of_a_single_host_fail_no_request(
+    proxied_host: tuple[ProxiedHost, Nginx, Waker],
+) -> None:
+    """16 clients stream through the proxy while the role's restart task file relaunches `a`
+    (the restart playbook: vllm_service_restart_relaunch) and then while a deploy that changes
+    max_num_seqs reloads it: the drain closes the holding flag and waits for the streams in
+    flight, systemctl reload runs the unit's ExecReload (the launcher's relaunch and the warmup),
+    the flag goes: 0 failed, 0 cut, and the held requests were served by the new server."""
+    h, _, waker = proxied_host
+    address = f"127.0.0.1:{h.public}"
+    relaunch = json.dumps({"vllm_service_restart_names": ["a"],
+                           "vllm_service_restart_relaunch": True})  # fmt: skip
+    figures = []
+    for label, change, args in [
+        ("the restart playbook's relaunch", 4, ("-e", relaunch)),
+        ("a deploy changing max_num_seqs (reload)", 8, ()),
+    ]:
+        generation = json.loads(h.state.read_text())["generation"]
+        holds_before = len(holds(waker))
+        load = StreamLoad(address, "double-model", clients=CLIENTS, max_tokens=24, limit_s=300,
+                          pause_s=0.2).start()  # fmt: skip
+        try:
+            wait_until(lambda load=load: load.snapshot().completed >= CLIENTS, "the load")
+            before = load.snapshot()
+            t0 = time.monotonic()
+            out, _ = h.deploy({"max_num_seqs": change}, {"max_num_seqs": 4}, *args)
+            took = time.monotonic() - t0
+            done = load.snapshot().completed + CLIENTS
+            wait_until(lambda load=load, done=done: load.snapshot().completed >= done, "served")
+        finally:
+            counts = load.stop()
+        state = json.loads(h.state.read_text())
+        hold = longest_hold(waker, holds_before)
+        figures.append(f"{label} ({took:.0f} s): {counts.line()}; longest hold {hold:.2f} s")
+        assert counts.failed == 0 and counts.cut == 0, (label, dict(counts.errors), out[-3000:])
+        assert counts.completed == counts.started > before.started
+        assert state["generation"] == generation + 1, label  # relaunched by the launcher
+        assert h.calls()[-1] == "reload vllm-a.service", h.calls()
+        assert f"gate {h.gate.holding} closed" in out  # held, not taken out of rotation
+        assert not h.gate.holding.exists() and not h.gate.draining.exists()
+        assert hold > 0  # requests were held, then released to the new server
+        assert h.max_num_seqs() == change
+    print("\n".join(figures))

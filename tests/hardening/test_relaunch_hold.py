@@ -182,8 +182,14 @@ def test_a_hold_past_its_bound_is_503_relaunch_timeout(
 
 
 def test_behind_a_load_balancer_the_restart_drains_as_before(tmp_path: Path) -> None:
-    """An instance with an awake-only door (or vllm_proxy_load_balanced: true) has no holding
-    gate: its restart takes it out of rotation (503 draining) for the load balancer."""
+    """Only a single host's instance has the holding gate; one with an awake-only door (or
+    vllm_proxy_load_balanced: true) has none: its restart takes it out of rotation (503
+    draining) for the load balancer."""
+    single = render_proxy(
+        {"name": "tiny", "model": "/m", "port": 8000},
+        {"vllm_proxy_enabled": True, "vllm_proxy_gate_dir": str(tmp_path)},
+    )["vllm-tiny.conf"]
+    assert f"if (-f {tmp_path}/tiny.holding)" in single and '"state": "holding"' in single
     door = render_proxy(
         {"name": "tiny", "model": "/m", "port": 8000, "awake_port": 8001,
          "idle_sleep": {"after": "1h"}},

@@ -9,6 +9,7 @@ vllm_instance_facts: an instance's derived facts (warmctl.facts; vllm_preflight 
 per host);
 vllm_validate: every problem of a host's role variables, one line each (warmctl.validate);
 vllm_role_var: a role variable as the host has it, else the collection's default (warmctl.roles);
+vllm_support: the vLLM release a host runs, judged against the support matrix (warmctl.vllmmatrix);
 vllm_verify_argv / vllm_verify_results / vllm_verify_table: the vllm_verify role's host-side
 warmctl verify, what it answered and the fleet's table, as `warmctl verify --inventory` has them
 (warmctl.fleet, warmctl.verify_table).
@@ -60,6 +61,7 @@ from warmctl.roles import role_defaults  # noqa: E402
 from warmctl.unitfile import env_quote, systemd_quote  # noqa: E402
 from warmctl.validate import validate  # noqa: E402
 from warmctl.verify_table import fleet_lines  # noqa: E402
+from warmctl.vllmmatrix import judge  # noqa: E402
 
 
 def vllm_oncalendar(expr: Any) -> list[str]:
@@ -88,6 +90,13 @@ def vllm_role_var(variables: Any, name: str) -> Any:
     return role_defaults().get(name) if value is None else value
 
 
+def vllm_support(variables: Any, host: str, device: str, installed: Any = None) -> dict[str, Any]:
+    """The vLLM release `host` runs (`installed`: what its interpreter has, {package, version}),
+    judged against warmctl's support matrix: {package, version, source, supported, refuse, line}."""
+    found = installed if isinstance(installed, dict) else None
+    return judge(variables, str(host), str(device), found)
+
+
 def vllm_verify_argv(
     urls: Any, warmctl: str, settings: Any, wait_ready: bool = False, as_json: bool = False
 ) -> list[str]:
@@ -97,15 +106,19 @@ def vllm_verify_argv(
     return verify_argv(warmctl, list(urls), options, wait_ready=wait_ready, as_json=as_json)
 
 
-def vllm_verify_results(results: Any, host: str) -> list[dict[str, Any]]:
-    """A looped verify task's registered results -> one result per instance, with `instance`."""
+def vllm_verify_results(results: Any, host: str, vllm: Any = None) -> list[dict[str, Any]]:
+    """A looped verify task's registered results -> one result per instance, with `instance`
+    (and `vllm`: "PACKAGE VERSION" of `vllm`, vllm_support's answer, when given)."""
+    release = None
+    if isinstance(vllm, dict) and vllm.get("version"):
+        release = f"{vllm.get('package')} {vllm['version']}"
     rows: list[dict[str, Any]] = []
     for res in results or []:
         if not isinstance(res, dict) or not isinstance(res.get("item"), dict):
             continue
         name = str(res["item"].get("name", ""))
         for r in host_results(host, [f"{host}/{name}"], res):
-            rows.append({**r, "instance": name})
+            rows.append({**r, "instance": name, **({"vllm": release} if release else {})})
     return rows
 
 
@@ -130,6 +143,7 @@ class FilterModule:
             "vllm_launch_env": launch_env,
             "vllm_validate": vllm_validate,
             "vllm_role_var": vllm_role_var,
+            "vllm_support": vllm_support,
             "vllm_verify_argv": vllm_verify_argv,
             "vllm_verify_results": vllm_verify_results,
             "vllm_verify_table": vllm_verify_table,

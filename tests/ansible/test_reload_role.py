@@ -65,7 +65,9 @@ class Host:
             ],
         }
 
-    def deploy(self, a: dict[str, Any], b: dict[str, Any], *args: str) -> tuple[str, dict]:
+    def deploy(
+        self, a: dict[str, Any], b: dict[str, Any], *args: str, ok: bool = True
+    ) -> tuple[str, dict]:
         inventory = write_inventory(self.tmp / "inv.json", {"h": self.variables(a, b)})
         pid = self.launcher.pid if self.launcher else 0
         self.systemd.write_text(json.dumps({
@@ -79,7 +81,7 @@ class Host:
             env={**_ansible_env(), "PATH": self.path, "FAKE_SYSTEMD": str(self.systemd),
                  "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
         )  # fmt: skip
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        assert (proc.returncode == 0) == ok, proc.stdout[-4000:] + proc.stderr[-2000:]
         said = re.search(r'"msg": ("DECISION .*")', proc.stdout)
         assert said, proc.stdout[-4000:]
         decision = json.loads(json.loads(said.group(1)).removeprefix("DECISION "))
@@ -197,3 +199,23 @@ def test_a_change_the_launcher_cannot_apply_restarts(host: Host) -> None:
     out, decision = host.deploy({"env": {"VLLM_DOUBLE_AT_IMPORT": "1", "HF_TOKEN": "t"}}, {})
     assert decision == {"restart": ["a"], "reload": []}
     assert host.calls() == ["restart vllm-a.service"] and _said(out) == ["a: restarted"]
+
+
+def test_a_launch_file_vllm_rejects_fails_the_deploy_and_the_server_serves_on(host: Host) -> None:
+    """An argument vLLM's parser rejects (the double's parser rejects as vLLM's does): the
+    launcher's check (its standby parses the file with the server's parser) fails the host in
+    one line before any reload or restart; the server it runs keeps serving."""
+    host.deploy({"max_num_seqs": 4}, {})
+    host.start()
+    before = json.loads(host.state.read_text())
+    Path(f"{host.systemd}.log").unlink(missing_ok=True)
+
+    out, decision = host.deploy(
+        {"max_num_seqs": 4, "extra_args": ["--max-model-len", "abc"]}, {}, ok=False
+    )
+    assert decision == {"restart": ["a"], "reload": ["a"]}
+    assert "vLLM rejects it: argument --max-model-len: invalid int value" in out, out[-3000:]
+    assert host.calls() == []  # neither reloaded nor restarted
+    after = json.loads(host.state.read_text())
+    assert after["signals"] == before["signals"] and after["server_pid"] == before["server_pid"]
+    assert host.max_num_seqs() == 4  # still serving

@@ -554,7 +554,7 @@ def test_launcher_wraps_the_server_and_reload_relaunches():
     chat = render_instance(GOOD["gpu_two"]["vllm_service_instances"][0], host)
     steps = unit_values(chat.unit_text, "Service", "ExecReload")
     assert [c.split()[0] for c in steps] == [
-        "/opt/warmctl/bin/warmctl", "-+/usr/bin/touch", "-+/usr/bin/touch",
+        "/opt/warmctl/bin/warmctl", "-+/usr/bin/setpriv", "-+/usr/bin/setpriv",
         "/opt/warmctl/bin/warmctl", "+/bin/rm", "+/bin/rm",
     ]  # fmt: skip
     assert " --check " in steps[0] and " --check " not in steps[3]

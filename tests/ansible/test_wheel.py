@@ -37,6 +37,9 @@ def test_the_wheel_carries_the_cli_and_the_collections_data_and_no_test_bed(arti
     assert "warmctl/cli.py" in names
     assert "warmctl/_templates/vllm-instance.service.j2" in names
     assert "warmctl/_roles/vllm_service/defaults/main.yml" in names
+    # the launcher at its fixed path, and what its standby checks the next server with beside it
+    shared = {n.split(".data/data/", 1)[1] for n in names if ".data/data/" in n}
+    assert {"share/warmctl/vllm_launch.py", "share/warmctl/vllm_args.py"} <= shared, shared
     bed = [n for n in names if "/lab/" in n or n.startswith("tests/") or "testhosts" in n
            or "wheelhouse" in n or "commands/lab" in n]  # fmt: skip
     assert not bed, bed

@@ -201,3 +201,28 @@ def test_l_runs_the_launcher_on_the_units_launch_file(site):
         launch.sleep and launch.spec.base_url == b.launch(site, site.workdir / "t1").spec.base_url
     )
     assert b.launch(site, site.workdir / "t2").spec.argv[1:3] == ["-m", "vllm.entrypoints.cli.main"]
+
+
+def test_p_and_q_prepare_the_next_server_and_warm_a_relaunch_shorter(site):
+    """P: L with the launcher's `--prepare reuse` (before its `--`) and, after a relaunch, the
+    unit's warmup with V's arguments; Q: P with the EngineCore's modules preloaded. Their cold
+    start keeps the unit's own warmup."""
+    table = configs.standard()
+    launch_l = table["L"].launch(site, site.workdir / "t0")
+    p = table["P"].launch(site, site.workdir / "t1")
+    q = table["Q"].launch(site, site.workdir / "t2")
+    cut = p.spec.argv.index("--")
+    assert p.spec.argv[cut - 2 : cut] == ["--prepare", "reuse"]
+    assert p.spec.argv[cut:] == launch_l.spec.argv[launch_l.spec.argv.index("--") :]
+    assert p.warmup_argv == launch_l.warmup_argv and launch_l.relaunch_warmup_argv is None
+    assert p.relaunch_warmup_argv is not None
+    assert p.relaunch_warmup_argv[-5:] == list(configs.V_WARMUP_ARGS)
+    q_argv = q.spec.argv[: q.spec.argv.index("--")]
+    assert "vllm.v1.worker.gpu_model_runner" in q_argv and "reuse" in q_argv
+    assert q_argv.count("--preload") == len(configs.Q_PRELOAD)
+    # parse_plan takes them with +relaunch (they run the launcher)
+    from warmctl.bench.runner import parse_plan
+
+    assert [s.config.key for s in parse_plan("P+relaunch,Q+relaunch", table)] == ["P", "Q"]
+    d = table["E"].launch(site, site.workdir / "t3").spec.argv
+    assert d[d.index("--") - 2 : d.index("--")] == ["--standby-delay", "60"]

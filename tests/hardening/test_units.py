@@ -173,7 +173,9 @@ def test_window_services_gate_and_drain() -> None:
     unit = rendered("cpu-proxied").unit_text
     assert unit_values(unit, "Service", "ExecStartPre")[-2:] == [
         "+/bin/rm -f /run/vllm-gate/tiny.closed",  # a fresh server is awake
-        "-+/usr/bin/touch /run/vllm-gate/tiny.warming",  # out of rotation until warm
+        # out of rotation until warm; created as the service user (its folder: docs/SECURITY.md)
+        "-+/usr/bin/setpriv --reuid=vllm --regid=vllm --clear-groups -- /usr/bin/touch "
+        "/run/vllm-gate/tiny.warming",
     ]
     posts = unit_values(unit, "Service", "ExecStartPost")
     assert len(posts) == 2 and " warmup " in posts[0]  # the warmup, then the flag goes

@@ -7,7 +7,9 @@ variable other than VLLM_*, or a variable the imports read. Real processes, fake
 from __future__ import annotations
 
 import hashlib
+import json
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -190,3 +192,31 @@ def test_an_unwritable_state_file_is_said_and_the_server_runs(launch, tmp_path: 
     lp.proc.send_signal(signal.SIGTERM)
     assert lp.proc.wait(timeout=20) == 0
     assert "cannot write the state file" in lp.stderr()
+
+
+def test_a_delayed_standby_is_forked_when_a_check_or_a_relaunch_asks(launch, tmp_path) -> None:
+    """--standby-delay: no standby imports while the new server starts; a check (SIGUSR1, as
+    `warmctl relaunch --check` sends) forks it at once and is answered once it has imported,
+    and the relaunch then runs it."""
+    path = write_launch(tmp_path / "t.launch", ["serve", "m"])
+    state = tmp_path / "state.json"
+    lp = launch("--preload", "heavy", "--standby-delay", "3600", "--launch-file", str(path),
+                "--state-file", str(state), "--", "-m", "fakesrv")  # fmt: skip
+    first = wait_state(state, 0)
+    assert first["standby"] == "none" and first["standby_pid"] == 0
+    assert len([ln for ln in lp.lines() if ln.startswith("imported")]) == 1  # the server's only
+    lp.proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 30
+    doc: dict = {}
+    while time.monotonic() < deadline:
+        doc = json.loads(state.read_text())
+        if doc.get("checks") == 1:
+            break
+        time.sleep(0.05)
+    assert doc["checks"] == 1 and doc["check"]["ok"] and not doc["check"]["checked"], doc
+    assert doc["standby"] == "ready" and doc["standby_pid"] > 0
+    write_launch(path, ["serve", "m", "--max-num-seqs", "8"])
+    lp.proc.send_signal(signal.SIGHUP)
+    assert wait_state(state, 1)["last"] == "relaunched"
+    assert lp.wait_for("run ", 2)[1].endswith("args serve m --max-num-seqs 8 main __main__")
+    assert _pid(lp.wait_for("run ", 2)[1]) == doc["standby_pid"]

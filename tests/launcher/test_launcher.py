@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.launcher.fakes import Launched, alive, wait_state
-from warmctl.launcher import SCRIPT
+from warmctl.launcher import ARGS_SCRIPT, SCRIPT
 
 
 def _imports(lp: Launched) -> list[int]:
@@ -97,6 +97,7 @@ def test_a_server_that_exits_takes_the_launcher_with_it(launch) -> None:
         ["--", "fakesrv"],
         ["--bogus", "--", "-m", "fakesrv"],
         ["--stop-timeout", "soon", "--", "-m", "fakesrv"],
+        ["--prepare", "everything", "--", "-m", "fakesrv"],
         [],
     ],
 )
@@ -134,10 +135,12 @@ def test_a_stop_during_the_first_import_stops_at_once(launch) -> None:
     assert not alive(int(importing.split()[1]))  # the standby is gone with it
 
 
-def test_the_script_is_stdlib_only() -> None:
-    """vLLM's interpreter runs it by path: it may import nothing of warmctl's."""
+@pytest.mark.parametrize("script", [SCRIPT, ARGS_SCRIPT], ids=lambda p: p.name)
+def test_the_script_is_stdlib_only(script: Path) -> None:
+    """vLLM's interpreter runs it by path: it may import nothing of warmctl's (vllm_args.py
+    imports vLLM only inside its functions, in the standby)."""
     out = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", f"import runpy; runpy.run_path({str(SCRIPT)!r})"],
+        [sys.executable, "-I", "-S", "-c", f"import runpy; runpy.run_path({str(script)!r})"],
         capture_output=True,
         text=True,
         check=False,

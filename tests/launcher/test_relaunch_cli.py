@@ -98,6 +98,7 @@ def unit(tmp_path: Path) -> Iterator[Unit]:
     script = tmp_path / "share" / "vllm_launch.py"
     script.parent.mkdir()
     shutil.copy(SCRIPT, script)
+    shutil.copy(SCRIPT.with_name("vllm_args.py"), script.parent)  # as the wheel installs both
     u = Unit(None, port, tmp_path / "t.launch", tmp_path / "state.json")  # type: ignore[arg-type]
     u.write("--max-num-seqs", "4")
     u.proc = _start(
@@ -244,3 +245,79 @@ def test_a_refusal_after_the_signal_is_the_launchers_line(unit: Unit, monkeypatc
     assert f"launcher {unit.proc.pid} refused the relaunch" in result.output
     assert f"server {server} keeps running" in result.output
     assert children(unit.proc.pid) == (server,)
+
+
+def test_a_launch_file_vllm_rejects_is_refused_and_the_old_server_serves_on(unit: Unit) -> None:
+    """`--max-model-len abc`: a launch file in shape whose arguments vLLM's parser rejects (the
+    double's parser rejects as vLLM's does, exit 2). `--check` says so in one line; the reload's
+    SIGHUP is refused by the launcher before the old server is stopped, which keeps serving;
+    the standby that checked it still becomes the next server once the file is good."""
+    (server,) = children(unit.proc.pid)
+    unit.write("--max-num-seqs", "8", "--max-model-len", "abc")
+    result = unit.relaunch()  # systemctl reload without the check (a hand's kill -HUP): refused
+    assert result.exit_code == 2, result.output
+    assert f"launcher {unit.proc.pid} refused the relaunch" in result.output
+    assert "vLLM rejects it: argument --max-model-len" in result.output
+    assert children(unit.proc.pid) == (server,) and unit.max_num_seqs() == 4  # still serving
+    state = json.loads(unit.state.read_text())
+    assert state["last"] == "refused" and state["signals"] == 1
+    assert unit.proc.poll() is None
+
+    check = unit.relaunch("--check")
+    assert check.exit_code == 2, check.output
+    lines = [ln for ln in check.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in check.output, check.output
+    assert (
+        f"{unit.launch}: vLLM rejects it: argument --max-model-len: invalid int value" in lines[0]
+    )
+    state = json.loads(unit.state.read_text())
+    assert state["checks"] == 1 and not state["check"]["ok"] and state["signals"] == 1
+
+    assert children(unit.proc.pid) == (server,)
+
+    # vLLM's validation after the parse: the same (the double, as vLLM, wants max_num_seqs >= 1)
+    unit.write("--max-num-seqs", "0")
+    refused = unit.relaunch("--check")
+    assert refused.exit_code == 2 and "max_num_seqs (0) must be at least 1" in refused.output
+
+    unit.write("--max-num-seqs", "8")
+    ok = unit.relaunch("--check")
+    assert ok.exit_code == 0 and "(vLLM accepts it)" in ok.output, ok.output
+    done = unit.relaunch()
+    assert done.exit_code == 0, done.output
+    assert unit.max_num_seqs() == 8 and children(unit.proc.pid) != (server,)
+
+
+def test_standbys_that_die_while_they_check_are_replaced_then_given_up(unit: Unit) -> None:
+    """A standby that dies while it checks the file (out of memory) is replaced and the next
+    one asked; after three in a row the check says so in one line, and the server serves on."""
+    (server,) = children(unit.proc.pid)
+    unit.write("--max-num-seqs", "99999")
+    check = unit.relaunch("--check")
+    assert check.exit_code == 2, check.output
+    assert "3 standbys in a row ended after their imports" in check.output
+    assert children(unit.proc.pid) == (server,) and unit.max_num_seqs() == 4
+    assert json.loads(unit.state.read_text())["standby"] == "none"  # none forked again
+    unit.write("--max-num-seqs", "8")
+    done = unit.relaunch()  # the relaunch asks for a standby again
+    assert done.exit_code == 0, done.output
+    assert unit.max_num_seqs() == 8
+
+
+def test_a_launcher_that_does_not_answer_checks_is_never_sent_sigusr1(tmp_path: Path) -> None:
+    """A launcher from before the checks (its state has no "checks") or without a state file is
+    not asked: SIGUSR1's default action would end it. vet() answers None, the process lives."""
+    from warmctl.relaunch import Checked, LauncherFiles, vet
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        state = tmp_path / "state.json"
+        state.write_text(json.dumps({"launcher_pid": sleeper.pid, "signals": 0}))
+        old = Checked(LauncherFiles("x/vllm_launch.py", None, str(state)), {"signals": 0}, None)
+        assert vet(sleeper.pid, old, timeout=1) is None
+        none = Checked(LauncherFiles("x/vllm_launch.py", None, None), None, None)
+        assert vet(sleeper.pid, none, timeout=1) is None
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import requests
 
+from warmctl import transport
 from warmctl.errors import WarmctlError
 from warmctl.facts import SLEEP_LEVEL
 from warmctl.target import Target
+from warmctl.transport import Deadline, LimitHit
 
 DEFAULT_TIMEOUT = 30.0
+# a streamed completion's whole answer, in --timeouts (which is then the most between two reads)
+STREAM_TIMEOUTS = 10
 # routes vLLM only mounts with VLLM_SERVER_DEV_MODE=1 (sleep ones also need --enable-sleep-mode)
 DEV_ROUTES = frozenset(
     {"/is_sleeping", "/sleep", "/wake_up", "/collective_rpc", "/reset_prefix_cache", "/server_info"}
@@ -106,14 +112,35 @@ GATE_OUT_OF_ROTATION = (
 )
 
 
-def error_detail(resp: requests.Response) -> str:
-    """The server's own error message (vLLM: {"error": {"message"}} or FastAPI {"detail"})."""
-    try:  # a streamed answer's body is read here: the server may cut it
-        text = resp.text
-    except requests.RequestException:
-        text = ""
+@dataclass(frozen=True)
+class Answer:
+    """A whole answer, read within its deadline and byte cap."""
+
+    status_code: int
+    reason: str
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        """The body as JSON; ValueError when it is not (too deep a nesting included)."""
+        return _loads(self.content)
+
+
+def _loads(data: bytes | str) -> Any:
     try:
-        body = json.loads(text)
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
+def error_detail(resp: Answer) -> str:
+    """The server's own error message (vLLM: {"error": {"message"}} or FastAPI {"detail"})."""
+    text = resp.text
+    try:
+        body = _loads(text)
     except ValueError:
         body = None
     msg: Any = None
@@ -129,9 +156,7 @@ def error_detail(resp: requests.Response) -> str:
     return " ".join(str(msg).split())[:300]
 
 
-def http_error(
-    target: Target, path: str, resp: requests.Response, api_key: str | None
-) -> WarmctlError:
+def http_error(target: Target, path: str, resp: Answer, api_key: str | None) -> WarmctlError:
     label, code = target.label, resp.status_code
     if code in (401, 403):
         hint = (
@@ -181,7 +206,13 @@ def http_error(
 
 
 class Client:
-    """One vLLM server. Thread-safe: each thread gets its own HTTP session."""
+    """One vLLM server. Thread-safe: each thread gets its own HTTP session.
+
+    Every call is bounded (warmctl.transport): `timeout` is its whole answer's wall clock, a
+    stream's is `stream_timeout` (default `STREAM_TIMEOUTS` x `timeout`; `timeout` is then the
+    most between two reads), and each kind of answer has a cap on the bytes read.
+    `within(seconds)` narrows every call inside it to what is left of a wait (the ready
+    wait's --ready-timeout)."""
 
     def __init__(
         self,
@@ -189,10 +220,14 @@ class Client:
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         headers: dict[str, str] | None = None,
+        stream_timeout: float | None = None,
     ) -> None:
         self.target = target
         self.api_key = api_key or None
         self.timeout = timeout
+        self.stream_timeout = (
+            STREAM_TIMEOUTS * timeout if stream_timeout is None else stream_timeout
+        )
         self.headers = dict(headers or {})
         self._local = threading.local()
         self._env_cache: dict[str, Any] | None = None
@@ -202,7 +237,7 @@ class Client:
     def session(self) -> requests.Session:
         sess = getattr(self._local, "session", None)
         if sess is None:
-            sess = requests.Session()
+            sess = transport.session()
             sess.headers["User-Agent"] = "warmctl"
             sess.headers.update(self.headers)
             if self.api_key:
@@ -224,6 +259,43 @@ class Client:
     def url(self, path: str) -> str:
         return self.target.base_url + path
 
+    @contextlib.contextmanager
+    def within(self, seconds: float) -> Iterator[None]:
+        """Calls made inside (by this thread) end by `seconds` from now, at the latest."""
+        previous = getattr(self._local, "until", None)
+        end = time.monotonic() + seconds
+        self._local.until = end if previous is None else min(previous, end)
+        try:
+            yield
+        finally:
+            self._local.until = previous
+
+    def deadline(self, seconds: float) -> Deadline:
+        """A call's deadline: `seconds` from now, or the end of the `within` it is in."""
+        until = getattr(self._local, "until", None)
+        end = time.monotonic() + seconds
+        if until is not None and until < end:
+            return Deadline(max(0.0, until - time.monotonic()), until)
+        return Deadline(seconds, end)
+
+    def limit_error(self, path: str, hit: LimitHit, deadline: Deadline) -> WarmctlError:
+        label = self.target.label
+        if hit.what == "deadline":
+            part = f", {hit.read} bytes of its answer by then" if hit.read else ""
+            return WarmctlError(
+                f"{label}: timed out after {deadline.seconds:g} s waiting for {path}{part} "
+                "(raise --timeout?)",
+                kind="timeout",
+            )
+        what = "a streamed line longer than" if hit.what == "line" else "an answer past"
+        limit = transport.LINE_LIMIT if hit.what == "line" else None
+        return WarmctlError(
+            f"{label}: {path}: {what} "
+            + (f"{limit} bytes" if limit else "the cap on what warmctl reads")
+            + f" ({hit.read} bytes read); not read further",
+            kind="too_large",
+        )
+
     def request(
         self,
         method: str,
@@ -231,18 +303,28 @@ class Client:
         *,
         params: dict[str, Any] | list[tuple[str, Any]] | None = None,
         json_body: Any = None,
-        stream: bool = False,
         timeout: float | None = None,
         ok_404: bool = False,
-    ) -> requests.Response | None:
-        """Send; return the response if 2xx (None for a 404 when `ok_404`), else raise."""
-        resp = self.send(
-            self.prepare(method, path, params=params, json_body=json_body),
-            stream=stream,
-            timeout=timeout,
-            path=path,
-        )
-        return self.check(resp, path, ok_404=ok_404)
+        max_bytes: int = transport.JSON_LIMIT,
+    ) -> Answer | None:
+        """Send; the whole answer if 2xx (None for a 404 when `ok_404`), else raise. The answer
+        is read within `timeout` (default: the client's) and `max_bytes`."""
+        deadline = self.deadline(self.timeout if timeout is None else timeout)
+        prepared = self.prepare(method, path, params=params, json_body=json_body)
+        with transport.watching(deadline):
+            resp = self.send(prepared, deadline, path=path)
+            try:
+                self.check(resp, path, deadline, ok_404=ok_404)
+                if resp.status_code == 404 and ok_404:
+                    return None
+                content = transport.read_body(resp, deadline, max_bytes)
+            except LimitHit as hit:
+                raise self.limit_error(path, hit, deadline) from None
+            except (requests.RequestException, OSError, ValueError) as exc:
+                raise self._read_error(path, exc, deadline) from None
+            finally:
+                resp.close()
+        return Answer(resp.status_code, resp.reason or "", content)
 
     def prepare(
         self,
@@ -260,36 +342,81 @@ class Client:
     def send(
         self,
         prepared: requests.PreparedRequest,
+        deadline: Deadline,
         *,
-        stream: bool = False,
-        timeout: float | None = None,
+        read_timeout: float | None = None,
         path: str = "",
     ) -> requests.Response:
-        limit = self.timeout if timeout is None else timeout
+        """Send inside `transport.watching(deadline)`; the response with its body unread.
+        `read_timeout`: the most between two reads (default the call's whole deadline)."""
+        left = deadline.remaining()
+        if left <= 0:
+            raise self.limit_error(path, LimitHit("deadline", 0), deadline)
+        per_read = left if read_timeout is None else min(read_timeout, left)
         try:
-            return self.session.send(prepared, stream=stream, timeout=limit, **self._env_settings)
+            resp = self.session.send(
+                prepared, stream=True, timeout=(left, per_read), **self._env_settings
+            )
         except requests.RequestException as exc:
-            raise transport_error(self.target, path, exc, limit) from None
+            raise self._read_error(path, exc, deadline, per_read) from None
+        if deadline.fired:  # cut in the headers: http.client may take the part as an answer
+            resp.close()
+            raise self.limit_error(path, LimitHit("deadline", 0), deadline)
+        return resp
+
+    def _read_error(
+        self, path: str, exc: BaseException, deadline: Deadline, per_read: float | None = None
+    ) -> WarmctlError:
+        if deadline.passed():
+            return self.limit_error(path, LimitHit("deadline", 0), deadline)
+        if isinstance(exc, requests.RequestException):
+            return transport_error(self.target, path, exc, per_read or deadline.seconds)
+        return WarmctlError(f"{self.target.label}: cannot read {path}: {_short(exc)}")
 
     def check(
-        self, resp: requests.Response, path: str, ok_404: bool = False
-    ) -> requests.Response | None:
-        """Return `resp` if 2xx (None for a 404 when `ok_404`), else close it and raise."""
+        self, resp: requests.Response, path: str, deadline: Deadline, ok_404: bool = False
+    ) -> None:
+        """Return if `resp` is 2xx (or a 404 when `ok_404`), else raise its error (the
+        message read from a bounded part of its body)."""
         if resp.status_code == 404 and ok_404:
-            resp.close()
-            return None
+            return
         if not 200 <= resp.status_code < 300:
-            err = http_error(self.target, path, resp, self.api_key)
+            body = transport.read_some(resp, deadline, transport.ERROR_LIMIT)
             resp.close()
-            raise err
-        return resp
+            err = Answer(resp.status_code, resp.reason or "", body)
+            raise http_error(self.target, path, err, self.api_key)
+
+    @contextlib.contextmanager
+    def stream(self, path: str, json_body: Any) -> Iterator[tuple[float, Iterator[bytes]]]:
+        """POST a streamed request: (the monotonic time it was sent, its lines), each line as
+        soon as it arrives; the whole stream within `stream_timeout`, at most `timeout`
+        between two reads, `transport.STREAM_LIMIT` bytes and `LINE_LIMIT` a line."""
+        prepared = self.prepare("POST", path, json_body=json_body)
+        deadline = self.deadline(self.stream_timeout)
+        with transport.watching(deadline):
+            t0 = time.monotonic()
+            resp = self.send(prepared, deadline, read_timeout=self.timeout, path=path)
+            try:
+                self.check(resp, path, deadline)
+                yield t0, self._lines(resp, path, deadline)
+            finally:
+                resp.close()
+
+    def _lines(self, resp: requests.Response, path: str, deadline: Deadline) -> Iterator[bytes]:
+        try:
+            yield from transport.read_lines(resp, deadline)
+        except LimitHit as hit:
+            raise self.limit_error(path, hit, deadline) from None
+        except (requests.RequestException, OSError, ValueError) as exc:
+            # the body broke off or stalled past --timeout
+            raise self._read_error(path, exc, deadline, self.timeout) from None
 
     def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
         resp = self.request("GET", path, params=params)
         assert resp is not None
         return self._json(resp, path)
 
-    def _json(self, resp: requests.Response, path: str) -> Any:
+    def _json(self, resp: Answer, path: str) -> Any:
         try:
             return resp.json()
         except ValueError:
@@ -306,7 +433,7 @@ class Client:
         resp = self.request("GET", "/health")
         assert resp is not None
         try:
-            body = json.loads(resp.text) if resp.text.strip() else None
+            body = resp.json() if resp.text.strip() else None
         except ValueError:
             return None
         state = body.get("state") if isinstance(body, dict) else None
@@ -332,7 +459,7 @@ class Client:
         return str(body.get("version")) if isinstance(body, dict) and "version" in body else None
 
     def metrics_text(self) -> str:
-        resp = self.request("GET", "/metrics")
+        resp = self.request("GET", "/metrics", max_bytes=transport.METRICS_LIMIT)
         assert resp is not None
         return resp.text
 
@@ -430,6 +557,17 @@ class Client:
         `wait_start` (a server still starting), else they raise at once, as does any other
         failure. `alive`: when given and it turns false (the server process is gone), stop
         waiting. `on_wait(text)`: told what is awaited and for how long so far."""
+        with self.within(timeout):  # no call outlives the wait
+            return self._wait_ready(timeout, interval, alive, wait_start, on_wait)
+
+    def _wait_ready(
+        self,
+        timeout: float,
+        interval: float,
+        alive: Callable[[], bool] | None,
+        wait_start: bool,
+        on_wait: Callable[[str], None] | None,
+    ) -> list[dict[str, Any]]:
         t0 = time.monotonic()
         deadline = t0 + timeout
         last: WarmctlError | None = None

@@ -8,7 +8,8 @@ class WarmctlError(Exception):
 
     `kind` classifies it for callers that react differently (verify reports a sleeping host as
     ASLEEP, not as slow): refused, dns, timeout, tls, auth, dev_route, not_found, server,
-    bad_request, protocol, asleep, drain_timeout, input, missing_dependency, or generic.
+    bad_request, protocol, too_large (an answer past the cap on what is read), asleep,
+    drain_timeout, input, missing_dependency, or generic.
     """
 
     def __init__(

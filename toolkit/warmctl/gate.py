@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from warmctl import safefs
 from warmctl.client import Client
 from warmctl.errors import WarmctlError
 from warmctl.sleepwake import DrainResult, SleepReport, drain, drain_step
@@ -63,30 +64,37 @@ class Gate:
         return f"Gate({str(self.path)!r})"
 
     def is_closed(self) -> bool:
-        return self.path.exists()
+        """Something has the flag's name (a link too: only `close` writes it, never through it)."""
+        try:
+            with safefs.folder(self.path.parent) as folder:
+                return safefs.lexists(folder, self.path.name)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise self._error("read", exc) from None
 
     def close(self, reason: str = "closed") -> bool:
-        """Create the flag (atomically); True if the gate was open before."""
-        was_open = not self.is_closed()
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        """Create the flag (atomically, never through a link: warmctl runs as root in a folder
+        the service user owns, see warmctl.safefs); True if the gate was open before."""
+        text = f"{reason} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n"
         try:
-            tmp.write_text(f"{reason} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
-            tmp.chmod(0o644)  # the proxy's workers only test that it exists
-            os.replace(tmp, self.path)
+            with safefs.folder(self.path.parent) as folder:
+                was_open = not safefs.lexists(folder, self.path.name)
+                # 0644: the proxy's workers only test that it exists
+                safefs.replace(folder, self.path.name, text.encode(), 0o644)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise self._error("close", exc) from None
         return was_open
 
     def open(self) -> bool:
-        """Remove the flag; True if the gate was closed before."""
+        """Remove the flag (a link: the link itself); True if the gate was closed before."""
         try:
-            self.path.unlink()
+            with safefs.folder(self.path.parent) as folder:
+                return safefs.remove(folder, self.path.name)
         except FileNotFoundError:
             return False
         except OSError as exc:
             raise self._error("open", exc) from None
-        return True
 
     def _error(self, action: str, exc: OSError) -> WarmctlError:
         why = exc.strerror or exc.__class__.__name__
@@ -152,8 +160,9 @@ def instance_lock(
     path = lock_path(gates[0])
     try:
         # read-only is enough for flock: a lock file another user created (root's units, the
-        # vllm user's) still locks
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+        # vllm user's) still locks; never through a link, never a FIFO (warmctl.safefs)
+        with safefs.folder(path.parent) as folder:
+            fd = safefs.open_lock(folder, path.name, 0o644)
     except OSError as exc:
         raise gates[0]._error("lock", exc) from None
     try:
@@ -174,6 +183,8 @@ def sleep_reason(cause: str, level: int | None = None) -> str:
 
 
 _CAUSE = re.compile(r"\bcause=([a-z]+)")
+# what read_flag reads of a flag at most (its text is one line)
+FLAG_TEXT_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -193,10 +204,19 @@ def read_flag(path: str | os.PathLike[str]) -> FlagInfo | None:
     """The flag at `path`, or None when it does not exist (or cannot be read)."""
     p = Path(path)
     try:
-        since = p.stat().st_mtime
-        text = p.read_text(errors="replace")[:500].strip()
+        with safefs.folder(p.parent) as folder:
+            if not safefs.lexists(folder, p.name):
+                return None
+            try:
+                data, st = safefs.read_regular(folder, p.name, FLAG_TEXT_MAX)
+            except safefs.UnsafeFileError:
+                # a link, a FIFO...: the name is there (the gate is closed), its text unread
+                st = os.stat(p.name, dir_fd=folder, follow_symlinks=False)
+                data = b""
     except OSError:
         return None
+    since = st.st_mtime
+    text = data.decode(errors="replace")[:500].strip()
     match = _CAUSE.search(text)
     return FlagInfo(p, since, text, match.group(1) if match else None)
 

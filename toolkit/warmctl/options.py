@@ -34,7 +34,8 @@ def host_options(*, inventory: bool = False) -> Callable[[F], F]:
                 type=click.FloatRange(min=0.1),
                 default=30.0,
                 show_default=True,
-                help="Seconds to wait for each HTTP answer (and between streamed chunks).",
+                help="Seconds each HTTP answer may take, whole (a streamed one: 10 times this, "
+                "and this between two chunks).",
             ),
             click.option("--json", "as_json", is_flag=True, help="Machine output (raw samples)."),
         ]

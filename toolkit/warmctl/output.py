@@ -1,5 +1,12 @@
 """What the CLI prints: rich tables on a terminal (plain text when piped), or JSON.
 
+Everything printed here is terminal-safe (warmctl.termsafe): a server's text (an error
+message, a model name, a version, a host's verify result) has its control characters escaped,
+and a plain `str` is never read as rich markup or emoji codes: only `styled()` (warmctl's own
+markup, its values escaped) colours. This is the one place: every line and table the CLI
+prints goes through it, whatever the text's way in (an HTTP answer, a host's JSON, a flag
+file), while JSON output needs nothing (json.dumps escapes control characters).
+
 Under systemd (stdout/stderr connected to the journal, as `JOURNAL_STREAM` says) every line
 starts with an sd-daemon priority prefix: `<3>` errors, `<4>` warnings, `<6>` the rest, so
 `journalctl -p err -u 'vllm-*'` finds a failed sleep. Elsewhere nothing changes.
@@ -15,7 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any, TypeVar
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
+
+from warmctl.termsafe import safe
 
 ERR, WARNING, INFO = 3, 4, 6
 
@@ -60,8 +71,16 @@ class _Prefixed(io.TextIOBase):
 
 def _line(stream: IO[str], priority: int, text: str) -> None:
     prefix = f"<{priority}>" if journal_attached(stream) else ""
-    stream.write(f"{prefix}{text}\n")
+    stream.write(f"{prefix}{safe(text, one_line=True)}\n")
     stream.flush()
+
+
+class SafeConsole(Console):
+    """A rich console whose `print` escapes control characters in plain strings (and, made
+    with markup and emoji off, shows them as they are)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(safe(o) if isinstance(o, str) else o for o in objects), **kwargs)
 
 
 def console(stderr: bool = False) -> Console:
@@ -70,7 +89,25 @@ def console(stderr: bool = False) -> Console:
     if journal_attached(stream):
         stream = _Prefixed(stream, INFO)
     tty = stream.isatty()
-    return Console(file=stream, width=None if tty else 200, highlight=False, soft_wrap=not tty)
+    return SafeConsole(
+        file=stream,
+        width=None if tty else 200,
+        highlight=False,
+        soft_wrap=not tty,
+        markup=False,
+        emoji=False,
+    )
+
+
+def styled(markup: str, *values: object) -> Text:
+    """warmctl's own rich `markup` (a str.format template), each of `values` put in as plain
+    text (control characters and markup escaped): `styled("[bold]{}[/]: ok", name)`."""
+    return Text.from_markup(markup.format(*(escape(safe(v)) for v in values)), emoji=False)
+
+
+def plain(value: str | Text) -> Text:
+    """A table cell or title: warmctl's `styled` text as it is, any str as literal text."""
+    return value if isinstance(value, Text) else Text(safe(value))
 
 
 def emit_json(command: str, results: Sequence[dict[str, Any]], exit_code: int) -> None:
@@ -105,19 +142,25 @@ def num(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
-    t = Table(title=title, title_justify="left", header_style="bold")
+def table(
+    title: str | Text | None, columns: Sequence[str], rows: Sequence[Sequence[str | Text]]
+) -> Table:
+    """A table whose str cells are plain text (a server's words are never markup)."""
+    t = Table(
+        title=None if title is None else plain(title), title_justify="left", header_style="bold"
+    )
     for col in columns:
         t.add_column(col, overflow="fold")
     for row in rows:
-        t.add_row(*row)
+        t.add_row(*(plain(cell) for cell in row))
     return t
 
 
-def status_style(status: str) -> str:
-    return {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]", "ASLEEP": "[yellow]ASLEEP[/]"}.get(
-        status, f"[red]{status}[/]"
-    )
+def status_style(status: str) -> Text:
+    """A verify result coloured: PASS green, ASLEEP yellow, anything else red."""
+    word = status.split(" ", 1)[0]
+    colour = {"PASS": "green", "ASLEEP": "yellow"}.get(word, "red")
+    return styled(f"[{colour}]{{}}[/]", status)
 
 
 R = TypeVar("R")

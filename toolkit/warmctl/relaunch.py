@@ -10,6 +10,13 @@ launcher imported it, or a launcher script changed on disk since it started: war
 exits RESTART_NEEDED, so a deploy restarts the unit instead. After the signal the state file
 proves the new configuration took effect: the launcher handled this SIGHUP, its new server is
 the process that runs now, and it was launched from the launch file as it is on disk.
+
+`vet` asks the launcher for vLLM's own verdict on the launch file (SIGUSR1; a launcher that
+answers says so in its state file, "checks"): its standby, which has imported vLLM, parses the
+file's arguments with vLLM's parser and builds vLLM's configuration from them
+(launcher/vllm_args.py), and the launcher writes the answer to its state file. What vLLM
+rejects is an error (exit 2), and the server keeps running: the launcher itself refuses such a
+file at the SIGHUP too, before it stops the old server.
 """
 
 from __future__ import annotations
@@ -23,10 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from warmctl import safefs
 from warmctl.errors import WarmctlError
 from warmctl.launcher import vllm_launch
 
 RESTART_NEEDED = 3  # exit status: the launcher cannot apply the change, a restart can
+# the most read of the launcher's state file and of its script (a bigger script: a restart)
+STATE_MAX_BYTES = 1 << 20
+SCRIPT_MAX_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -132,7 +143,9 @@ def launcher_files(pid: int, proc: Path = Path("/proc")) -> LauncherFiles:
 def read_state(path: str) -> dict[str, Any]:
     """The launcher's state file (vllm_launch.Supervisor.write_state)."""
     try:
-        doc = json.loads(Path(path).read_text())
+        # root reads it (the deploy's relaunch --check) in the unit's runtime folder, the
+        # service user's: no link, FIFO or device, bounded (warmctl.safefs)
+        doc = json.loads(safefs.read_file(path, STATE_MAX_BYTES))
     except FileNotFoundError:
         raise WarmctlError(f"{path}: no launcher state (is the unit running?)") from None
     except OSError as exc:
@@ -146,7 +159,7 @@ def read_state(path: str) -> dict[str, Any]:
 
 def _digest(path: str) -> str:
     try:
-        return vllm_launch.sha256(Path(path).read_bytes())
+        return vllm_launch.sha256(safefs.read_file(path, SCRIPT_MAX_BYTES))
     except OSError:
         return ""
 
@@ -185,6 +198,43 @@ def check(pid: int, proc: Path = Path("/proc")) -> Checked:
     if why:
         raise WarmctlError(f"{files.launch_file}: {why}", RESTART_NEEDED, kind="restart")
     return Checked(files, state, launch)
+
+
+def vet(
+    pid: int, checked: Checked, timeout: float, *, interval: float = 0.05
+) -> dict[str, Any] | None:
+    """vLLM's verdict on the launch file from launcher `pid`'s standby (the state's "check":
+    {"ok", "reason", "checked", "launch_sha256"}); None when this launcher cannot be asked (no
+    state file, or a launcher that does not answer checks: never signalled then). Raises
+    WarmctlError (exit 2) when vLLM rejects the file or no answer came in `timeout` s."""
+    state, state_file = checked.state, checked.files.state_file
+    if state is None or state_file is None or "checks" not in state:
+        return None
+    before = int(state.get("checks", 0))
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        raise WarmctlError(f"process {pid} is not running", kind="input") from None
+    except PermissionError:
+        raise WarmctlError(f"not allowed to signal process {pid}", kind="input") from None
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            state = read_state(state_file)
+        except WarmctlError:  # being replaced this instant
+            state = {}
+        if int(state.get("checks", 0)) > before:
+            break
+        if time.monotonic() > deadline:
+            raise WarmctlError(
+                f"launcher {pid}: no answer to the check {timeout:.0f} s after asking (its "
+                f"standby still importing vLLM?)"
+            )
+        time.sleep(interval)
+    answer = dict(state.get("check") or {})
+    if not answer.get("ok"):
+        raise WarmctlError(str(answer.get("reason") or "the launcher could not check the file"))
+    return answer
 
 
 def _handled(checked: Checked, before: int) -> dict[str, Any] | None:

@@ -6,13 +6,10 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import requests
-
-from warmctl.client import Client, transport_error
+from warmctl.client import Client
 from warmctl.errors import WarmctlError
 
 
@@ -42,24 +39,15 @@ class StreamResult:
         return data
 
 
-def _lines(resp: requests.Response) -> Iterator[bytes]:
-    """The body's lines as soon as each network chunk arrives (no read-ahead buffering)."""
-    pending = b""
-    for chunk in resp.iter_content(chunk_size=None):
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
-        yield from complete
-    if pending:
-        yield pending
-
-
 def _chunk_text(obj: dict[str, Any], chat: bool) -> str:
     parts: list[str] = []
-    for choice in obj.get("choices") or []:
+    for choice in _choices(obj):
         if not isinstance(choice, dict):
             continue
         if chat:
-            delta = choice.get("delta") or {}
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                continue
             for key in ("content", "reasoning_content", "reasoning"):
                 val = delta.get(key)
                 if isinstance(val, str):
@@ -71,8 +59,18 @@ def _chunk_text(obj: dict[str, Any], chat: bool) -> str:
     return "".join(parts)
 
 
+def _choices(obj: dict[str, Any]) -> list[Any]:
+    choices = obj.get("choices")
+    return choices if isinstance(choices, list) else []
+
+
+def _int(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+    return value if ok else None
+
+
 def _finish(obj: dict[str, Any]) -> str | None:
-    for choice in obj.get("choices") or []:
+    for choice in _choices(obj):
         if isinstance(choice, dict) and choice.get("finish_reason"):
             return str(choice["finish_reason"])
     return None
@@ -110,12 +108,7 @@ def stream_completion(
     texts: list[str] = []
     usage: dict[str, Any] | None = None
     finish: str | None = None
-    prepared = client.prepare("POST", path, json_body=body)
-    t0 = time.monotonic()
-    resp = client.check(client.send(prepared, stream=True, path=path), path)
-    assert resp is not None
-    lines = _lines(resp)
-    try:
+    with client.stream(path, body) as (t0, lines):  # bounded: Client.stream
         for raw in lines:
             now = time.monotonic()
             line = raw.decode("utf-8", "replace").strip() if raw else ""
@@ -128,7 +121,7 @@ def stream_completion(
                 break
             try:
                 obj = json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise WarmctlError(
                     f"{label}: {path} streamed a line that is not JSON: {data[:80]!r}",
                     kind="protocol",
@@ -138,6 +131,7 @@ def stream_completion(
             if "error" in obj:
                 err = obj["error"]
                 msg = err.get("message") if isinstance(err, dict) else err
+                msg = " ".join(str(msg).split())[:300]
                 raise WarmctlError(f"{label}: error during {path} stream: {msg}", kind="server")
             text = _chunk_text(obj, chat)
             if text:
@@ -146,17 +140,12 @@ def stream_completion(
             finish = _finish(obj) or finish
             if isinstance(obj.get("usage"), dict):
                 usage = obj["usage"]
-    except requests.RequestException as exc:  # the body broke off or stalled past --timeout
-        raise transport_error(client.target, path, exc, client.timeout) from None
-    finally:
-        resp.close()
     total = time.monotonic() - t0
     tokens = len(chunk_times)
     prompt_tokens = None
-    if usage:
-        tokens = int(usage.get("completion_tokens") or tokens)
-        if usage.get("prompt_tokens") is not None:
-            prompt_tokens = int(usage["prompt_tokens"])
+    if usage:  # a server's numbers: used only when they are counts
+        tokens = _int(usage.get("completion_tokens")) or tokens
+        prompt_tokens = _int(usage.get("prompt_tokens"))
     return StreamResult(
         ttft_s=chunk_times[0] if chunk_times else None,
         total_s=total,

@@ -3,8 +3,9 @@
 One file per instance (`warmctl_<instance>.prom`) in the directory given by `--textfile-dir`.
 Each command (verify, warmup, sleep, wake) rewrites its own metrics in that file and keeps the
 ones an earlier command wrote (read back with prometheus_client's text parser), so a sleep does
-not erase the last verify. The file is written by prometheus_client's `write_to_textfile`
-(a temporary file renamed over the old one: node_exporter never reads half a file), under a
+not erase the last verify. The file holds prometheus_client's text, written
+as its `write_to_textfile` would (a temporary file renamed over the old one: node_exporter never
+reads half a file) but through warmctl.safefs (root writes here: no link followed), under a
 lock, so a timer's sleep and an operator's verify of the same instance do not lose each other's
 metrics.
 
@@ -26,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, write_to_textfile
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from warmctl import safefs
 from warmctl.errors import WarmctlError
 
 INSTANCE_LABELS = ("vllm_instance", "model", "host")
@@ -149,6 +151,8 @@ METRICS: dict[str, Spec] = {
 }
 
 Key = tuple[str, tuple[tuple[str, str], ...]]  # (metric, sorted labels)
+# the most a textfile is read: one instance's file is a few KiB; a bigger one is not ours
+MAX_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -179,12 +183,26 @@ def file_name(instance: str) -> str:
 def read_samples(path: Path) -> dict[Key, float]:
     """The warmctl samples a textfile holds ({} when there is none, or it is not ours)."""
     try:
-        text = path.read_text()
+        with safefs.folder(path.parent) as folder:
+            return _read_samples(folder, path.name)
+    except OSError:  # no folder, or one root may not go through
+        return {}
+
+
+def _read_samples(folder: int, name: str) -> dict[Key, float]:
+    """`read_samples` in an open folder: a regular file of at most MAX_BYTES, else {} (a link,
+    a FIFO, a device or a file too big is not ours: rewritten from scratch)."""
+    try:
+        data, _ = safefs.read_regular(folder, name, MAX_BYTES + 1)
     except FileNotFoundError:
+        return {}
+    except safefs.UnsafeFileError:
+        return {}
+    if len(data) > MAX_BYTES:
         return {}
     out: dict[Key, float] = {}
     try:
-        for family in text_string_to_metric_families(text):
+        for family in text_string_to_metric_families(data.decode(errors="replace")):
             for s in family.samples:
                 if s.name in METRICS:
                     out[(s.name, tuple(sorted(s.labels.items())))] = s.value
@@ -238,19 +256,30 @@ def update(
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}")
     folder = Path(directory)
-    if not folder.is_dir():
-        raise WarmctlError(f"--textfile-dir {str(folder)!r} is not a directory", kind="input")
     path = folder / file_name(instance.name)
     stamp = time.time() if now is None else now
     try:
+        # root (the deploy's verify, window-check) writes here, in a folder the service user's
+        # group may write: nothing is followed, created through a link or read unbounded
+        # (warmctl.safefs)
+        dir_fd = safefs.open_folder(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        raise WarmctlError(
+            f"--textfile-dir {str(folder)!r} is not a directory", kind="input"
+        ) from None
+    except OSError as err:
+        raise WarmctlError(
+            f"--textfile-dir {str(folder)!r}: {err.strerror or err}", kind="input"
+        ) from None
+    try:
         # read-only is enough for flock: a lock file another user created (root's verify,
         # the vllm user's timers, both in the directory's group) still locks
-        fd = os.open(folder / f".{path.stem}.lock", os.O_RDONLY | os.O_CREAT, 0o664)
+        fd = safefs.open_lock(dir_fd, f".{path.stem}.lock", 0o664)
         with os.fdopen(fd) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             kept = {
                 k: v
-                for k, v in read_samples(path).items()
+                for k, v in _read_samples(dir_fd, path.name).items()
                 if dict(k[1]).get("vllm_instance") == instance.name
                 and METRICS[k[0]].owner != command
             }
@@ -281,16 +310,16 @@ def update(
             samples[_key(f"warmctl_last_{outcome}_timestamp_seconds", cmd)] = stamp
             registry = CollectorRegistry(auto_describe=False)
             registry.register(_Samples(samples))  # type: ignore[arg-type]
-            # readable by node_exporter's user whatever the unit's UMask (0027 in the units)
-            old_mask = os.umask(0o022)
-            try:
-                write_to_textfile(str(path), registry)
-            finally:
-                os.umask(old_mask)
+            # prometheus_client's text, written as write_to_textfile would (a new file renamed
+            # over the old one: node_exporter never reads half a file), but never through a
+            # link; 0644: readable by node_exporter's user whatever the unit's UMask (0027)
+            safefs.replace(dir_fd, path.name, generate_latest(registry), 0o644)
     except OSError as err:
         raise WarmctlError(
             f"cannot write metrics to {str(path)!r}: {err.strerror or err}", kind="input"
         ) from None
+    finally:
+        os.close(dir_fd)
     return path
 
 

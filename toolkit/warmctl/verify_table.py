@@ -22,13 +22,13 @@ COLUMNS = [
 ]
 
 
-def cells(d: Mapping[str, Any], style: Callable[[str], str] = str) -> list[str]:
-    """One result's cells under COLUMNS; `style` dresses the status (rich markup on a terminal)."""
+def cells(d: Mapping[str, Any], style: Callable[[str], Any] = str) -> list[Any]:
+    """One result's cells under COLUMNS; `style` dresses the status (rich text on a terminal)."""
     ratio = "-" if d.get("ratio") is None else f"{d['ratio']:.2f}x"
     decode = d.get("decode_ms_per_token")
     attempt = d.get("attempt") or 1
     return [
-        style(str(d["status"])) + (f" (attempt {attempt})" if attempt > 1 else ""),
+        style(str(d["status"]) + (f" (attempt {attempt})" if attempt > 1 else "")),
         _ms(d.get("first_ttft_s")),
         _ms(d.get("first_total_s")),
         _ms(d.get("steady_median_ttft_s")),
@@ -63,7 +63,7 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
 
 
-def results_table(results: Sequence[Mapping[str, Any]], style: Callable[[str], str]) -> Table:
+def results_table(results: Sequence[Mapping[str, Any]], style: Callable[[str], Any]) -> Table:
     """`warmctl verify`'s table: a row per target."""
     from warmctl.output import table
 
@@ -72,11 +72,25 @@ def results_table(results: Sequence[Mapping[str, Any]], style: Callable[[str], s
 
 def fleet_lines(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
     """The role's table as plain lines (the play's output): a row per host and instance;
-    `rows`: inventory host -> its results, each with its `instance`."""
+    `rows`: inventory host -> its results, each with its `instance` (and, from the deploy, the
+    `vllm` release it runs: a VLLM column)."""
+    from warmctl.termsafe import safe
+
+    release = any("vllm" in r for results in rows.values() for r in results)
     body = [
-        [host, str(r["instance"]), *cells(r)] for host, results in rows.items() for r in results
+        [
+            safe(c, one_line=True)
+            for c in [
+                host,
+                str(r["instance"]),
+                *([str(r.get("vllm") or "-")] if release else []),
+                *cells(r),
+            ]
+        ]
+        for host, results in rows.items()
+        for r in results
     ]
-    lines = [["HOST", "INSTANCE", *COLUMNS], *body]
+    lines = [["HOST", "INSTANCE", *(["VLLM"] if release else []), *COLUMNS], *body]
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     return [
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from warmctl.termsafe import safe
+
 Say = Callable[[str], None]
 
 
@@ -20,17 +22,20 @@ class Tracker:
     def __init__(self, progress: Any, label: str) -> None:
         self._progress = progress
         self._label = label
-        self._task = progress.add_task(f"{label}: starting", total=None)
+        self._task = progress.add_task(safe(f"{label}: starting", one_line=True), total=None)
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         self._progress.update(
-            self._task, description=f"{self._label}: {phase}", completed=done, total=total
-        )
+            self._task, description=safe(f"{self._label}: {phase}", one_line=True),
+            completed=done, total=total,
+        )  # fmt: skip
 
     def say(self, text: str) -> None:
+        """A wait's line: it may quote a server's answer (escaped, never markup)."""
         self._progress.update(
-            self._task, description=f"{self._label}: {text}", completed=0, total=None
-        )
+            self._task, description=safe(f"{self._label}: {text}", one_line=True),
+            completed=0, total=None,
+        )  # fmt: skip
 
 
 @contextmanager
@@ -65,7 +70,9 @@ def board(enabled: bool) -> Iterator[Callable[[str], Tracker | None]]:
         SpinnerColumn(),
         # the description takes what the other columns leave, cut with "…" on a narrow terminal
         TextColumn(
-            "{task.description}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")
+            "{task.description}",
+            markup=False,  # a description may quote a server: plain text (Tracker escapes it)
+            table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis"),
         ),
         Bar(bar_width=12),
         Count(),

@@ -359,7 +359,7 @@ def tokens_per_word(client: Client, model: str) -> float | None:
     assert resp is not None
     try:
         count = int(resp.json()["count"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OverflowError):
         return None
     return count / words if count > 0 else None
 

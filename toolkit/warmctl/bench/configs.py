@@ -18,7 +18,19 @@ L  B with `launcher: true`: the unit runs vLLM under the pre-imported launcher
 R  L with vLLM's own start-up levers (`RESTART_LEVERS`: the compiled graph as one AOT artifact,
    the memory profile replayed from a recorded start-up plan), set in the instance's `env` as
    an operator would: what they take off a primed restart and a relaunch.
-   W, V, S, L and R share B's cache dir and HOME, so their first start is a primed restart
+P  L with the standby preparing the whole next server before the SIGHUP stops the old one
+   (`P_LAUNCHER_ARGS`: the launcher's `--prepare reuse`: vLLM's configuration built and kept
+   for the server, the tokenizer loaded, the model's class imported) and, after a relaunch, the
+   shorter warmup of V (`P_RELAUNCH_WARMUP_ARGS`: the relaunched server's graphs and kernels
+   are on disk already). Its relaunch's ready_s says what the preparing took off, its warmup's
+   seconds and first-request ratios what the shorter warmup did.
+Q  P with the EngineCore's worker modules imported by the standby too (`Q_PRELOAD`): an
+   EngineCore forked from the server (the unit's VLLM_WORKER_MULTIPROC_METHOD=fork) has them.
+E  R with the next standby forked `E_STANDBY_DELAY` s after each server's start (the launcher's
+   `--standby-delay`), not at once: whether the standby's imports, running beside a relaunched
+   server's start, are R's stall (12 s between graph capture and "Kernel JIT monitor
+   activated" in one run of two).
+   W, V, S, L, R, P, Q and E share B's cache dir and HOME, so their first start is a primed restart
    (R's first compiles its one artifact: R's later starts are the ones to read).
 C  B with levers changed: the CUDA-graph capture-size policy (`C_CAPTURE_SIZES`: every
    batch up to 512 tokens still runs in a graph, in 15 sizes instead of vLLM's 51, so each
@@ -53,6 +65,23 @@ V_WARMUP_ARGS = ("--batch-sizes", "1,16", "--max-tokens", "2", "--no-chat")
 # the memory profile skipped by replaying a recorded start-up plan (docs/BENCHMARKS.md, issue 25:
 # what each keys its cache on)
 RESTART_LEVERS = {"VLLM_USE_MEGA_AOT_ARTIFACT": "1", "VLLM_ENABLE_STARTUP_PLAN": "1"}
+
+# P: the launcher's standby prepares the next server (launcher/vllm_args.py, level "reuse"), and
+# the warmup after a relaunch is V's
+P_LAUNCHER_ARGS = ("--prepare", "reuse")
+P_RELAUNCH_WARMUP_ARGS = V_WARMUP_ARGS
+# E: R, the next standby forked this long after a server's start (past a relaunch's ready and
+# warmup, before the bench's next SIGHUP: a cold start takes longer than this to be measured)
+E_STANDBY_DELAY = 60.0
+# Q: P, and the standby imports what the EngineCore imports to build and run the model (the
+# launcher's default preload first; a module this vLLM lacks is said and skipped, not fatal)
+Q_PRELOAD = (
+    "vllm.entrypoints.openai.api_server",
+    "vllm.v1.engine.core",
+    "vllm.v1.executor.uniproc_executor",
+    "vllm.v1.worker.gpu_worker",
+    "vllm.v1.worker.gpu_model_runner",
+)
 
 # variables a host's unit never has; the benchmark drops them from its own environment (the
 # H200 image sets PYTHONDONTWRITEBYTECODE=1: every process there would compile its source)
@@ -106,6 +135,7 @@ class Launch:
     warmup_argv: list[str] | None  # the unit's ExecStartPost; None = no warmup
     sleep: bool  # sleep mode is on (dev routes exist)
     dirs: dict[str, Path]  # role -> folder the start may write caches to
+    relaunch_warmup_argv: list[str] | None = None  # a relaunch's own warmup (None: warmup_argv)
 
 
 @dataclass(frozen=True)
@@ -116,6 +146,8 @@ class Config:
     compilation_config: dict[str, Any] | None = None  # merged over the roles' default (C)
     instance_extra: dict[str, Any] = field(default_factory=dict)  # more instance keys (C)
     shares: str | None = None  # the configuration whose cache dir and HOME this one uses
+    launcher_args: tuple[str, ...] = ()  # more options of the launcher (before its `--`)
+    relaunch_warmup_args: tuple[str, ...] = ()  # the warmup after a relaunch (() = the unit's)
 
     @property
     def launcher(self) -> bool:
@@ -157,12 +189,21 @@ class Config:
             launch_file.write_text(rendered.files[rendered.launch_path])
             # no /run/vllm-NAME outside systemd: the launcher's state goes to this start's tmp
             argv[argv.index("--state-file") + 1] = str(tmp / "launcher.json")
+            if self.launcher_args:
+                argv[argv.index("--") : argv.index("--")] = list(self.launcher_args)
+        relaunch_warmup = None
+        if self.relaunch_warmup_args:  # the unit as it would be with that warmup
+            other = Config(self.key, self.title, True, self.compilation_config,
+                           {**self.instance_extra, "warmup_args": list(self.relaunch_warmup_args)},
+                           self.shares)  # fmt: skip
+            relaunch_warmup = list(render_for_bench(other, site).warmup_argv)
         server_env = {**env, **rendered.launch_env}
         return Launch(
             LaunchSpec(argv, env, listen_url(rendered.server_argv, site.base_url)),
             list(rendered.warmup_argv),
             server_env.get("VLLM_SERVER_DEV_MODE") == "1" and rendered.sleep,
             dirs,
+            relaunch_warmup,
         )
 
     def instance(self, site: Site) -> dict[str, Any]:
@@ -299,5 +340,34 @@ def standard(
             True,
             instance_extra={"launcher": True, "env": dict(RESTART_LEVERS)},
             shares="B",
+        ),
+        "P": Config(
+            "P",
+            "L with the standby preparing the next server (launcher "
+            + " ".join(P_LAUNCHER_ARGS)
+            + "), a relaunch warmed with "
+            + " ".join(P_RELAUNCH_WARMUP_ARGS),
+            True,
+            instance_extra={"launcher": True},
+            shares="B",
+            launcher_args=P_LAUNCHER_ARGS,
+            relaunch_warmup_args=P_RELAUNCH_WARMUP_ARGS,
+        ),
+        "Q": Config(
+            "Q",
+            "P with the EngineCore's modules preloaded by the standby",
+            True,
+            instance_extra={"launcher": True},
+            shares="B",
+            launcher_args=(*P_LAUNCHER_ARGS, *(a for m in Q_PRELOAD for a in ("--preload", m))),
+            relaunch_warmup_args=P_RELAUNCH_WARMUP_ARGS,
+        ),
+        "E": Config(
+            "E",
+            f"R with the next standby forked {E_STANDBY_DELAY:g} s after each server's start",
+            True,
+            instance_extra={"launcher": True, "env": dict(RESTART_LEVERS)},
+            shares="B",
+            launcher_args=("--standby-delay", f"{E_STANDBY_DELAY:g}"),
         ),
     }

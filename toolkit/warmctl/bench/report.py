@@ -11,6 +11,7 @@ from rich.table import Table
 from warmctl.bench.bytecode import describe
 from warmctl.bench.starts import starts
 from warmctl.bench.targets import evaluate
+from warmctl.termsafe import safe
 
 
 def _f(value: Any, fmt: str = "{:.1f}") -> str:
@@ -237,9 +238,13 @@ def targets_table(doc: dict[str, Any]) -> Table:
 def print_report(doc: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console(width=200)
     meta = doc.get("meta", {})
-    console.print(
-        f"vLLM {meta.get('vllm_version', '?')} on {meta.get('device_name') or meta.get('device')}"
-        f", model {meta.get('model')}, plan {meta.get('plan')}"
+    console.print(  # the server's words: plain text, control characters escaped
+        safe(
+            f"vLLM {meta.get('vllm_version', '?')} on "
+            f"{meta.get('device_name') or meta.get('device')}"
+            f", model {meta.get('model')}, plan {meta.get('plan')}"
+        ),
+        markup=False,
     )
     console.print(describe(meta.get("bytecode")))
     for table in (

@@ -293,6 +293,8 @@ class Runner:
             "old_server_stopped_s": round(stopped, 3),
             "ready_s": round(ready, 3),
         }
+        if launch.relaunch_warmup_argv:  # the configuration's own warmup after a relaunch
+            launch = dataclasses.replace(launch, warmup_argv=launch.relaunch_warmup_argv)
         out["warmup"] = self._warmup(launch, server)
         out["warm_s"] = round((server.elapsed() - mark) if launch.warmup_argv else ready, 3)
         single = measure.single(api, counter, k.single_n, idle_gap_s=k.idle_gap_s)

@@ -36,10 +36,13 @@ def warmctl_venv(where: Path) -> Path:
         "from warmctl.cli import main\n"
         "main()\n",
     )
-    # the pre-imported launcher where the wheel puts it (a unit with vllm_service_launcher)
+    # the pre-imported launcher where the wheel puts it (a unit with vllm_service_launcher),
+    # with what its standby checks and prepares the next server with
     from warmctl.launcher import SCRIPT
 
     _script(where / "share" / "warmctl" / "vllm_launch.py", SCRIPT.read_text())
+    args = SCRIPT.with_name("vllm_args.py")
+    _script(where / "share" / "warmctl" / args.name, args.read_text())
     return where
 
 

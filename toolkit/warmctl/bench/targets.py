@@ -45,7 +45,9 @@ def _cycles(steps: list[dict[str, Any]], level: int, how: str) -> list[dict[str,
     ]
 
 
-def evaluate(doc: dict[str, Any], configs: tuple[str, ...] = ("B", "C", "L", "R")) -> list[Verdict]:
+def evaluate(
+    doc: dict[str, Any], configs: tuple[str, ...] = ("B", "C", "L", "R", "P", "Q", "E")
+) -> list[Verdict]:
     out: list[Verdict] = []
     a_cold = [s["ready_s"] for s in _steps(doc, "A") if s["state"] == "cold" and "ready_s" in s]
     for key in configs:

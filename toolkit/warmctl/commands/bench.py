@@ -63,10 +63,12 @@ def _parse_sizes(text: str) -> tuple[int, ...]:
     default="A,B,B+sleep,C,C",
     show_default=True,
     help="Starts in order (A plain vLLM, B the unit, C B + levers, W/V B with a shorter warmup, "
-    "S B with a spawned EngineCore, L B under the launcher, R L with vLLM's start-up levers; "
-    "W, V, S, L and R restart from B's caches); a configuration's repeat is a restart with "
-    "primed caches; +sleep adds the sleep/wake cycles, +load sleep and wake under 16 "
-    "streaming clients, +relaunch (L, R) a relaunch.",
+    "S B with a spawned EngineCore, L B under the launcher, R L with vLLM's start-up levers, "
+    "P L with the standby preparing the next server and a shorter warmup after a relaunch, Q P "
+    "with the EngineCore's modules preloaded, E R with the next standby forked later; "
+    "W, V, S, L, R, P, Q and E restart from B's caches); a configuration's repeat is a restart "
+    "with primed caches; +sleep adds the sleep/wake cycles, +load sleep and wake under 16 "
+    "streaming clients, +relaunch (L, R, P, Q, E) a relaunch.",
 )
 @click.option(
     "--device",
@@ -235,7 +237,9 @@ def command(
 
             draw(doc, plot_file)
     except WarmctlError as err:
-        click.echo(f"warmctl bench: {err}", err=True)
+        from warmctl.termsafe import safe
+
+        click.echo(f"warmctl bench: {safe(err, one_line=True)}", err=True)
         sys.exit(err.exit_code)
     failed = [s["name"] for s in doc["steps"] if "error" in s]
     if failed:

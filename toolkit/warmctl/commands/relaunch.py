@@ -16,8 +16,16 @@ from warmctl.warmup_cli import warmup_kwargs, warmup_options
     "--check",
     "check_only",
     is_flag=True,
-    help="Only say whether a relaunch can apply the launch file (signal nothing): exit 0 yes, "
-    "3 a restart is needed (one line why), 2 error.",
+    help="Only say whether a relaunch can apply the launch file (no relaunch): exit 0 yes, "
+    "3 a restart is needed (one line why), 2 error (vLLM rejects the file's arguments, too).",
+)
+@click.option(
+    "--vllm-check/--no-vllm-check",
+    default=True,
+    show_default=True,
+    help="With --check: have the launcher's standby parse the launch file with vLLM's own parser "
+    "and build vLLM's configuration from it (SIGUSR1 to the launcher; waits up to "
+    "--ready-timeout for its standby's imports). --no-vllm-check: read the launcher's state only.",
 )
 def command(
     hosts: tuple[str, ...],
@@ -27,6 +35,7 @@ def command(
     textfile_dir: str | None,
     instance_name: str | None,
     check_only: bool,
+    vllm_check: bool,
     **options: object,
 ) -> None:
     """Replace a server run by the pre-imported launcher, then warm it.
@@ -40,7 +49,10 @@ def command(
     A launcher started with a launch file reads it again: the new server runs the file's vLLM
     arguments and VLLM_* variables. Before the signal the file is checked (one line and nothing
     signalled when it is not a launch file, or when only a restart can apply it: a variable
-    vLLM read at import, a launcher upgraded on disk); after it, the launcher's state file must
+    vLLM read at import, a launcher upgraded on disk). At the signal the launcher's standby
+    parses the file's arguments with vLLM's own parser and builds vLLM's configuration before
+    the old server is stopped: what vLLM rejects is refused in one line and the old server keeps
+    serving (--check asks the same of the standby). After it, the launcher's state file must
     show the new server launched from the file as it is now. A change of the unit or its env
     file still needs a restart.
 
@@ -52,7 +64,7 @@ def command(
         from warmctl.client import Client
         from warmctl.options import check_instance_name, write_metrics
         from warmctl.output import console, emit_json, error_line
-        from warmctl.relaunch import check, relaunch
+        from warmctl.relaunch import check, relaunch, vet
         from warmctl.warmup import warmup
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
@@ -70,16 +82,19 @@ def command(
             checked = check(pid)
             state = checked.state or {}
             what = checked.files.launch_file or "the same arguments"
+            verdict = vet(pid, checked, float(kwargs["ready_timeout"])) if vllm_check else None
             if as_json:  # what it runs now, from its state file (the role's report)
                 doc = {"target": target.label, "launcher_pid": pid, "can_relaunch": True,
                        "launch_file": checked.files.launch_file,
                        "generation": state.get("generation"), "argv": state.get("argv"),
-                       "runs_launch_file": checked.current}  # fmt: skip
+                       "runs_launch_file": checked.current,
+                       "vllm_checked": bool(verdict and verdict.get("checked"))}  # fmt: skip
                 emit_json("relaunch", [doc], 0)
             else:
+                said = " (vLLM accepts it)" if verdict and verdict.get("checked") else ""
                 console().print(
                     f"{target.label}: launcher {pid} (generation {state.get('generation', '?')}) "
-                    f"can relaunch with {what}"
+                    f"can relaunch with {what}{said}"
                 )
             return 0
         err = console(stderr=True)

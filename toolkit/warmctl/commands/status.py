@@ -51,9 +51,11 @@ def command(
     """
 
     def body() -> int:
+        from rich.text import Text
+
         from warmctl.client import Client
         from warmctl.errors import WarmctlError
-        from warmctl.output import console, emit_json, error_line, num, table
+        from warmctl.output import console, emit_json, error_line, num, styled, table
         from warmctl.status import StatusReport, gate_state, status
 
         targets = resolve_targets(hosts, inventory_path, limit)
@@ -78,11 +80,13 @@ def command(
         for r in reports:
             models = ", ".join(m["id"] for m in r.models) or "-"
             lens = ", ".join(num(m.get("max_model_len")) for m in r.models) or "-"
-            health = "ok" if r.healthy and not r.error else "[red]unreachable[/]"
+            health: str | Text = (
+                "ok" if r.healthy and not r.error else styled("[red]unreachable[/]")
+            )
             if not r.healthy and not r.error and r.sleeping:
                 health = "asleep (stopped)"  # its flag says asleep: the CPU way
             if r.healthy and r.error:
-                health = "[red]error[/]"
+                health = styled("[red]error[/]")
             rows.append(
                 [
                     r.target,

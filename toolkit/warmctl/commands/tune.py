@@ -210,7 +210,7 @@ def _report(
     write_path: str | None,
     window: float,
 ) -> int:
-    from warmctl.output import console, emit_json, error_line, table
+    from warmctl.output import console, emit_json, error_line, styled, table
     from warmctl.tune import instance_changes, save_scrapes, snippet
 
     code = 0
@@ -255,9 +255,13 @@ def _report(
         o = p.observation
         rate = o.requests / o.seconds if o.seconds > 0 else 0.0
         out.print(
-            f"[bold]{p.target}[/]: {o.requests} requests in {o.seconds:.0f} s "
-            f"({rate:.2f}/s), {o.steps.count:.0f} engine steps, "
-            f"{o.preemptions:.0f} preemptions{', sleeps' if p.sleeps else ''}"
+            styled(
+                "[bold]{}[/]: {}",
+                p.target,
+                f"{o.requests} requests in {o.seconds:.0f} s "
+                f"({rate:.2f}/s), {o.steps.count:.0f} engine steps, "
+                f"{o.preemptions:.0f} preemptions{', sleeps' if p.sleeps else ''}",
+            )
         )
         rows = [
             [

@@ -1,7 +1,8 @@
 """Pre-imported vLLM: the next server's interpreter has imported vLLM before it is needed.
 
     PYTHON vllm_launch.py [--preload MODULE]... [--stop-timeout S]
-        [--launch-file PATH] [--state-file PATH] -- -m MODULE [ARGS...]
+        [--launch-file PATH] [--state-file PATH] [--prepare LEVEL] [--standby-delay S]
+    -- -m MODULE [ARGS...]
 
 runs `PYTHON -m MODULE ARGS...` (e.g. `-m vllm.entrypoints.cli.main serve MODEL ...`) in a
 standby: a process the launcher forks before it imports anything (the launcher itself imports
@@ -38,6 +39,18 @@ A launch file that cannot be read, is not that shape or names another variable i
 one line and the old server keeps running (at the first start it is fatal: exit 2). The first
 start sets the file's variables in the launcher's own environment before the imports, so the
 imports see what a plain start would.
+
+The next server prepared before the old one stops (--prepare LEVEL, default config): once the
+standby has imported and a SIGHUP asks, the launcher sends it the launch file's arguments and
+variables; it parses them with vLLM's own parser and builds vLLM's configuration from them
+(vllm_args.py beside this script, loaded by the standby: vLLM's API process does the same before
+its EngineCore starts, through NVML, without a CUDA context), and answers on its pipe. What vLLM
+rejects is refused like a file that cannot be read (one line, the old server keeps running);
+only then is the old server asked to stop. At "reuse" the standby also loads the tokenizer,
+imports the model's class and keeps the configuration for the server. SIGUSR1 asks the same of
+the standby without a relaunch (`warmctl relaunch --check`): the answer goes to the state file
+("checks", "check"). --standby-delay S forks the next standby S s after a server's start instead
+of at once (at once when a relaunch or a check asks meanwhile).
 
 --state-file: after each start and each SIGHUP the launcher writes what it runs there (JSON: its
 pid and script digest, the generation, the server's pid, its argv with vLLM's secret arguments
@@ -89,7 +102,7 @@ PREFIX = "vllm-launch:"
 DEFAULT_PRELOAD = ("vllm.entrypoints.openai.api_server", "vllm.v1.engine.core")
 # Python's warning (3.12+) when a process with more than one thread forks
 FORK_WARNING = r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
-HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
+HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGUSR1)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NAME = 15
@@ -100,6 +113,14 @@ RELAUNCH_ENV = re.compile(r"^VLLM_[A-Za-z0-9_]+$")
 # vLLM's arguments whose value it masks in its own log (_SENSITIVE_ARG_FIELDS): masked here too
 SECRET_ARGS = ("--api-key", "--hf-token", "--watermark-config")
 LAUNCH_KEYS = ("argv", "env")
+# what the standby prepares of the next server with the launch file before the old server is
+# stopped (vllm_args.py, beside this script): "parse" vLLM's parser only, "config" and vLLM's
+# configuration (the default), "reuse" and the tokenizer, the configuration kept for the server
+PREPARE_LEVELS = ("parse", "config", "reuse")
+ARGS_SCRIPT = "vllm_args.py"
+# seconds a standby may take to answer a prepare (vLLM reads the model's config from disk)
+PREPARE_TIMEOUT = 300.0
+RETRY = "\0retry"  # Supervisor.vet: the standby is gone, another one asks again
 
 
 class UsageError(Exception):
@@ -117,6 +138,8 @@ class Options(NamedTuple):
     args: list[str]
     launch_file: str | None = None
     state_file: str | None = None
+    prepare: str = "config"
+    standby_delay: float = 0.0  # s after a server's start before the next standby is forked
 
 
 class Launch(NamedTuple):
@@ -133,7 +156,8 @@ def say(text: str) -> None:
     sys.stderr.flush()
 
 
-_VALUED = ("--preload", "--stop-timeout", "--launch-file", "--state-file")
+_VALUED = ("--preload", "--stop-timeout", "--launch-file", "--state-file", "--prepare",
+           "--standby-delay")  # fmt: skip
 
 
 def parse(argv: list[str]) -> Options:
@@ -152,6 +176,13 @@ def parse(argv: list[str]) -> Options:
                     stop_timeout = float(argv[i + 1])
                 except ValueError:
                     raise UsageError(f"--stop-timeout: not a number: {argv[i + 1]!r}") from None
+            elif opt == "--standby-delay":
+                try:
+                    values[opt] = str(max(0.0, float(argv[i + 1])))
+                except ValueError:
+                    raise UsageError(f"--standby-delay: not a number: {argv[i + 1]!r}") from None
+            elif opt == "--prepare" and argv[i + 1] not in PREPARE_LEVELS:
+                raise UsageError(f"--prepare: one of {', '.join(PREPARE_LEVELS)}")
             else:
                 values[opt] = argv[i + 1]
             i += 2
@@ -170,6 +201,8 @@ def parse(argv: list[str]) -> Options:
         rest[2:],
         launch_file,
         values.get("--state-file"),
+        values.get("--prepare", "config"),
+        float(values.get("--standby-delay", "0")),
     )
 
 
@@ -417,11 +450,16 @@ def _standby_main(
         _write_all(ready_w, (json.dumps(report) + "\n").encode())
         if not report["ok"]:
             os._exit(1)
-        line = _read_line(go_r)
+        while True:  # prepare requests (answered on ready_w), then the go
+            line = _read_line(go_r)
+            if not line.endswith(b"\n"):
+                os._exit(0)  # discarded
+            go = json.loads(line)
+            if "prepare" not in go:
+                break
+            answer = _prepare(module, go["prepare"])
+            _write_all(ready_w, (json.dumps(answer) + "\n").encode())
         os.close(go_r)
-        if not line.endswith(b"\n"):
-            os._exit(0)  # discarded
-        go = json.loads(line)
         _prctl(_PR_SET_NAME, comm)
         _write_all(ready_w, b"g")
         os.close(ready_w)
@@ -429,6 +467,79 @@ def _standby_main(
         traceback.print_exc()
         os._exit(1)
     _become_server(module, go["args"], go["env"])
+
+
+def _load_args_script() -> object | None:
+    """vllm_args.py from beside this script (in the standby, once vLLM is imported); None when
+    it is not there (a launcher installed without it)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), ARGS_SCRIPT)
+    if not os.path.exists(path):
+        return None
+    name = "_warmctl_vllm_args"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def _output_kept() -> Iterator[int]:
+    """The process's stdout and stderr (fds 1, 2: vLLM's log lines while it builds its
+    configuration) into a temporary file while inside: its fd, read by the caller."""
+    import tempfile
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 1)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield tmp.fileno()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def _prepare(module: str, request: dict) -> dict:
+    """In the standby: vLLM's verdict on the next server's arguments, and at level "reuse" what
+    the server takes over (vllm_args.prepare). vLLM's own lines are kept out of the journal
+    unless it rejects the arguments (then they say why, before the launcher's line)."""
+    t = time.monotonic()
+    answer: dict
+    with _output_kept() as fd:
+        try:
+            helper = _load_args_script()
+            if helper is None:
+                answer = {"ok": True, "checked": False, "error": f"no {ARGS_SCRIPT} beside "
+                          "the launcher", "steps": []}  # fmt: skip
+            else:
+                answer = helper.prepare(  # type: ignore[attr-defined]
+                    module, list(request["args"]), request.get("level", "config"),
+                    request.get("env") or {},
+                )  # fmt: skip
+        except BaseException as exc:  # its own failure: said, not vLLM's verdict
+            why = " ".join(f"{exc.__class__.__name__}: {exc}".split())[:400]
+            answer = {"ok": False, "checked": True, "steps": [], "error": why}
+        os.lseek(fd, 0, os.SEEK_SET)
+        said = b"".join(iter(lambda: os.read(fd, 65536), b""))
+    if not answer.get("ok") and said.strip():
+        sys.stderr.write(said.decode(errors="replace"))
+        sys.stderr.flush()
+    answer["seconds"] = time.monotonic() - t
+    answer["cuda_initialised"] = cuda_initialised()
+    return answer
 
 
 def other_threads() -> list[str]:
@@ -488,6 +599,7 @@ class Standby:
         os.close(go_r)
         self.pid, self._ready_fd, self._go_fd = pid, ready_r, go_w
         self.report: dict | None = None  # its report once it has imported (or failed)
+        self.busy = False  # preparing a server (vet), its answer not read yet
         os.read(ready_r, 1)  # named (vllm-standby) before the launcher goes on: or it ended
 
     def poll(self) -> bool:
@@ -512,6 +624,33 @@ class Standby:
     def alive(self) -> bool:
         return exited(self.pid) is None
 
+    def vet(self, args: list[str], env: dict[str, str | None], level: str) -> dict:
+        """Its answer to a prepare request: {"ok", "checked", "error", "seconds", "steps"},
+        "gone": True when it ended or did not answer (it cannot become the server). Raises
+        Stopped when a SIGTERM / SIGINT comes meanwhile."""
+        request = {"prepare": {"args": args, "env": env, "level": level}}
+        try:
+            _write_all(self._go_fd, (json.dumps(request) + "\n").encode())
+        except OSError:  # BrokenPipeError: it died after its report
+            return {"ok": False, "gone": True, "error": "the standby ended before it checked"}
+        self.busy = True  # until its answer is read: a discard meanwhile kills it
+        deadline = time.monotonic() + PREPARE_TIMEOUT
+        while not select.select([self._ready_fd], [], [], 0.1)[0]:
+            if _stop_asked():
+                raise Stopped()
+            if time.monotonic() > deadline:
+                why = f"the standby did not answer in {PREPARE_TIMEOUT:.0f} s"
+                return {"ok": False, "gone": True, "error": why}
+        line = _read_line(self._ready_fd)
+        self.busy = False
+        try:
+            answer = json.loads(line) if line.endswith(b"\n") else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            return {"ok": False, "gone": True, "error": "the standby ended while it checked"}
+        return answer
+
     def go(self, args: list[str], env: dict[str, str | None]) -> bool:
         """Make it the server; True once it has taken the launcher's name back and runs the
         server's module, False if it is gone."""
@@ -532,7 +671,7 @@ class Standby:
     def discard(self, wait: float = 0.0) -> None:
         """Not needed: it exits (the end of its pipe, or SIGKILL while it still imports);
         waited for up to `wait` s (a stop leaves nothing for systemd to kill)."""
-        if self.report is None or not self.ready:
+        if self.report is None or not self.ready or self.busy:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
         self._close()
@@ -652,7 +791,14 @@ class Supervisor:
             "signals": 0,
             "standby_pid": 0,
             "standby": "none",
+            "prepare": opts.prepare,
+            "checks": 0,  # check requests (SIGUSR1: `warmctl relaunch --check`) answered
+            "check": {},  # the last one's answer
         }
+        self.checks_asked = 0  # SIGUSR1s received, not yet answered
+        # when the next standby is forked (--standby-delay after a server's start; inf: only
+        # when a relaunch or a check asks, after a fork that failed)
+        self.standby_due = 0.0
         self.generation = 0
         self.pid = 0
         self.standby: Standby | None = None
@@ -669,9 +815,18 @@ class Supervisor:
             except OSError as exc:  # EAGAIN: the unit's TasksMax, the pids cgroup, memory
                 self.fork_error = f"cannot fork a standby: {exc.strerror or exc}"
                 say(f"{self.fork_error}; the next relaunch tries again")
+                self.standby_due = float("inf")
                 return None
             self.state.update(standby_pid=self.standby.pid, standby="importing")
         return self.standby
+
+    def prepare_later(self) -> None:
+        """The next standby: now, or --standby-delay s from now (its imports then leave the new
+        server's start to itself; a relaunch or a check asked for before forks it at once)."""
+        if self.opts.standby_delay <= 0:
+            self.prepare()
+        else:
+            self.standby_due = time.monotonic() + self.opts.standby_delay
 
     def check_standby(self) -> bool:
         """Whether the standby's report is in (read, said and in the state the first time)."""
@@ -699,6 +854,8 @@ class Supervisor:
             if info.si_signo == signal.SIGHUP:
                 self.unanswered += 1
                 self.pending = self.pending or self.launch  # read again when it is handled
+            if info.si_signo == signal.SIGUSR1:
+                self.checks_asked += 1  # answered once a server runs
             reap()
         return standby
 
@@ -731,8 +888,7 @@ class Supervisor:
         stopped); False if the standby is gone."""
         standby = self.standby
         assert standby is not None and standby.ready
-        env: dict[str, str | None] = {n: None for n in self.base if n not in launch.env}
-        env.update({n: v for n, v in launch.env.items() if self.base.get(n) != v})
+        env = self.env_for(launch)
         self.standby = None
         self.state.update(standby_pid=0, standby="none")
         if not standby.go(launch.args, env):
@@ -750,6 +906,66 @@ class Supervisor:
             env_sha256=env_digests(launch.env),
         )
         return True
+
+    def env_for(self, launch: Launch) -> dict[str, str | None]:
+        """The variables the server of `launch` sets (None: unsets) in the launcher's
+        environment."""
+        env: dict[str, str | None] = {n: None for n in self.base if n not in launch.env}
+        env.update({n: v for n, v in launch.env.items() if self.base.get(n) != v})
+        return env
+
+    def vet(self, launch: Launch, level: str) -> str:
+        """The ready standby prepares the server of `launch` (vLLM's parser, its configuration,
+        ...: vllm_args.py) while the old server serves: "" when vLLM accepts it, else why not
+        (one line); RETRY when the standby ended or did not answer: another one is importing,
+        ask it once it is ready."""
+        standby = self.standby
+        assert standby is not None and standby.ready
+        answer = standby.vet(launch.args, self.env_for(launch), level)
+        what = self.opts.launch_file or "the server's arguments"
+        self.state["prepared"] = {
+            "launch_sha256": launch.digest, "ok": bool(answer.get("ok")),
+            "checked": bool(answer.get("checked", True)), "level": level,
+            "steps": answer.get("steps", []), "seconds": round(answer.get("seconds", 0.0), 3),
+        }  # fmt: skip
+        if answer.get("gone"):  # another standby asks again (RETRY), up to STANDBY_DEATHS
+            say(f"standby {standby.pid}: {answer.get('error')}")
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(standby.pid, signal.SIGKILL)  # it may be stuck in vLLM's code
+            return RETRY if self.replace_dead_standby(standby) else f"{what}: {self.fork_error}"
+        if answer.get("cuda_initialised") and not standby.report.get("cuda_initialised"):  # type: ignore[union-attr]
+            say(f"standby {standby.pid}: preparing the server initialised CUDA")
+        if not answer.get("ok"):
+            return f"{what}: vLLM rejects it: {answer.get('error')}"
+        return ""
+
+    def answer_checks(self) -> None:
+        """The check requests received (SIGUSR1, `warmctl relaunch --check`): vLLM's verdict on
+        the launch file as it is now, from the standby, in the state file ("checks", "check")."""
+        launch, why = self.next_launch()
+        checked = False
+        standby = self.standby
+        if launch is not None and not why:
+            if standby is None:
+                why = self.fork_error or "no standby to check the launch file with"
+            elif not standby.ready:
+                why = f"the standby could not import {self.opts.module}: "
+                why += str((standby.report or {}).get("error"))
+            else:
+                level = "parse" if self.opts.prepare == "parse" else "config"
+                why = self.vet(launch, level)
+                if why == RETRY:
+                    return  # answered once the next standby has imported
+                checked = bool(self.state["prepared"]["checked"])
+        self.state["checks"] += self.checks_asked
+        self.checks_asked = 0
+        self.state["check"] = {
+            "launch_sha256": launch.digest if launch else "", "ok": not why, "reason": why,
+            "checked": checked,
+        }  # fmt: skip
+        if why:
+            say(f"check: {why}")
+        self.save()
 
     def start_next(self, launch: Launch) -> bool:
         """The server of `launch` from the standby, waiting for it to import; a standby that
@@ -825,6 +1041,7 @@ class Supervisor:
                 f"{self.deaths} standbys in a row ended after their imports (out of memory?)"
             )
             say(f"{self.fork_error}: none until the next relaunch asks")
+            self.standby_due = float("inf")
             return False
         say(f"standby {standby.pid} ended after it had imported: another one")
         return self.prepare() is not None
@@ -862,6 +1079,17 @@ def _relaunch(sup: Supervisor) -> None:
         if not sup.replace_dead_standby(standby):
             sup.refuse(sup.fork_error)
         return
+    # the next server prepared, vLLM's verdict on it in, before the old one is asked to stop
+    why = sup.vet(launch, sup.opts.prepare)
+    if why == RETRY:  # kept pending: the next standby prepares it once it has imported
+        return
+    if why:
+        sup.refuse(why)
+        return
+    prepared = sup.state["prepared"]
+    if prepared["checked"]:  # what the old server's last seconds were spent on
+        say(f"standby {standby.pid} prepared the next server in {prepared['seconds']:.2f} s "
+            f"({', '.join(prepared['steps'])}); stopping the old one")  # fmt: skip
     sup.pending = None
     code, took = stop(sup.pid, sup.opts.stop_timeout)
     if _stop_asked():  # a stop came while the old server stopped: no new one
@@ -870,7 +1098,7 @@ def _relaunch(sup: Supervisor) -> None:
     if not sup.start_next(launch):
         raise RuntimeError(f"relaunch: old server stopped in {took:.2f} s; no new server")
     say(f"relaunch: old server stopped in {took:.2f} s (status {code}); {sup.started()}")
-    sup.prepare()  # the next relaunch's standby imports while this server starts and serves
+    sup.prepare_later()  # the next relaunch's standby imports while this server serves
     sup.answered()
     sup.write_state("relaunched")
 
@@ -889,22 +1117,32 @@ def _server_exited(sup: Supervisor) -> int | None:
 
 def supervise(sup: Supervisor) -> int:
     say(sup.started())
-    sup.prepare()  # the first relaunch's standby
+    sup.prepare_later()  # the first relaunch's standby
     sup.write_state("started")
     if sup.pending is not None:  # a SIGHUP during the first start: handled now
         sup.pending = None
         os.kill(os.getpid(), signal.SIGHUP)
         sup.unanswered -= 1
     while True:
+        if sup.standby is None and time.monotonic() >= sup.standby_due:
+            sup.prepare()  # (a delayed one: due now)
         sup.check_standby()
         if sup.pending is not None and sup.check_standby():
             _relaunch(sup)
+            continue
+        if sup.checks_asked and sup.standby is None and sup.standby_due != float("inf"):
+            sup.standby_due = 0.0  # a delayed standby: forked now for the check
+            continue
+        if sup.checks_asked and (sup.standby is None or sup.check_standby()):
+            sup.answer_checks()
             continue
         if sup.pending is not None and sup.standby is None:  # none could be forked
             sup.refuse(sup.fork_error or "no standby")
             continue
         if sup.standby is not None and sup.standby.report is None:  # importing: look again soon
             info = signal.sigtimedwait(HANDLED, 0.1)
+        elif sup.standby is None and sup.standby_due != float("inf"):  # a delayed one
+            info = signal.sigtimedwait(HANDLED, max(0.0, sup.standby_due - time.monotonic()))
         else:
             info = signal.sigwaitinfo(HANDLED)
         if info is None:
@@ -919,6 +1157,9 @@ def supervise(sup: Supervisor) -> int:
             standby = sup.standby
             if standby is not None and standby.ready and not standby.alive():
                 sup.replace_dead_standby(standby)
+            continue
+        if sig == signal.SIGUSR1:
+            sup.checks_asked += 1
             continue
         if sig == signal.SIGHUP:
             sup.unanswered += 1

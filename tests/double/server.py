@@ -12,7 +12,9 @@ vllm:cache_config_info; `record_traffic` fills them with any shape, and every st
 request adds its own prompt/generation tokens and steps), streaming /v1/completions and
 /v1/chat/completions (SSE), /tokenize (a prompt's words are its tokens), and the dev-mode
 routes /is_sleeping, /sleep, /wake_up, /collective_rpc, /reset_prefix_cache, /server_info
-(404 unless `dev_mode`).
+(404 unless `dev_mode`). Every request's body is read as a real server reads it
+(Content-Length or chunked, whatever the method): a body is never taken for the next request
+on a kept-alive connection, so a test through the proxy sees the desyncs vLLM would.
 
 Non-streamed `/v1/completions` answer greedy token ids (`return_token_ids`) and logprobs that
 depend only on the prompt; `corrupt_answers` / `logprob_drift` make a wake that went wrong.
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -66,6 +69,10 @@ NO_CHAT_TEMPLATE = (
     "a chat template if the tokenizer does not define one."
 )
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+# a request's body as the double reads it (any method): past these, 400 and the connection closed
+BODY_LIMIT = 64 * 1024 * 1024
+LINE_LIMIT = 65536
+CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 # vLLM's own defaults (vllm/v1/metrics/buckets.py)
 STEP_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0)
@@ -445,6 +452,7 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "uvicorn"
+        raw_body = b""  # the request's body, read whatever the method (parse_request)
 
         def setup(self) -> None:
             super().setup()
@@ -461,6 +469,65 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
+
+        # -- framing --------------------------------------------------------------------------
+        def parse_request(self) -> bool:
+            """The request line and headers, then its whole body, whatever the method (as
+            uvicorn's parser does): a body is never read as the next request on the connection.
+            Bad framing: 400 and the connection closed."""
+            self.raw_body = b""
+            if not super().parse_request():
+                return False
+            try:
+                self.raw_body = self._read_body()
+            except ValueError as err:
+                self.send_error(400, f"Invalid HTTP request: {err}")  # Connection: close
+                return False
+            return True
+
+        def _read_body(self) -> bytes:
+            lengths = self.headers.get_all("Content-Length") or []
+            coding = self.headers.get_all("Transfer-Encoding") or []
+            if coding:
+                if lengths:
+                    raise ValueError("Content-Length and Transfer-Encoding")
+                if [c.strip().lower() for c in coding] != ["chunked"]:
+                    raise ValueError(f"Transfer-Encoding {', '.join(coding)}")
+                return self._read_chunked()
+            if not lengths:
+                return b""
+            if len(set(lengths)) != 1 or not lengths[0].strip().isdigit():
+                raise ValueError(f"Content-Length {', '.join(lengths)}")
+            length = int(lengths[0])
+            if length > BODY_LIMIT:
+                raise ValueError(f"a body of {length} bytes")
+            data = self.rfile.read(length)
+            if len(data) != length:
+                raise ValueError("the body ended early")
+            return data
+
+        def _read_chunked(self) -> bytes:
+            out = bytearray()
+            while True:
+                line = self.rfile.readline(LINE_LIMIT)
+                size = line.split(b";", 1)[0].strip()
+                if not line.endswith(b"\r\n") or not CHUNK_SIZE.fullmatch(size):
+                    raise ValueError(f"chunk size line {line[:40]!r}")
+                n = int(size, 16)
+                if n == 0:
+                    break
+                if len(out) + n > BODY_LIMIT:
+                    raise ValueError("a chunked body too large")
+                chunk = self.rfile.read(n)
+                if len(chunk) != n or self.rfile.read(2) != b"\r\n":
+                    raise ValueError("a chunk ended early")
+                out += chunk
+            while True:  # trailers, up to the empty line
+                line = self.rfile.readline(LINE_LIMIT)
+                if line == b"\r\n":
+                    return bytes(out)
+                if not line.endswith(b"\r\n"):
+                    raise ValueError("the trailers ended early")
 
         # -- helpers ------------------------------------------------------------------------
         def _send(self, code: int, body: Any = None, ctype: str = "application/json") -> None:
@@ -492,8 +559,7 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
             )
 
         def _body(self) -> Any:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
+            raw = self.raw_body
             if not raw:
                 return {}
             try:
@@ -538,6 +604,20 @@ def _handler(double: VllmDouble) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             self._route("POST")
+
+        # FastAPI's answers to another method: 405 on a known path, else 404 (never HEAD: its
+        # answer would carry a body; BaseHTTPRequestHandler answers 501 and closes)
+        def do_PUT(self) -> None:
+            self._route("PUT")
+
+        def do_PATCH(self) -> None:
+            self._route("PATCH")
+
+        def do_DELETE(self) -> None:
+            self._route("DELETE")
+
+        def do_OPTIONS(self) -> None:
+            self._route("OPTIONS")
 
         # -- plain routes -------------------------------------------------------------------
         def health(self, query: dict[str, list[str]], body: Any) -> None:

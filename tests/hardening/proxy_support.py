@@ -90,8 +90,13 @@ class Nginx:
             self.args("-g", "daemon off;"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         deadline = time.monotonic() + 10
+        pid_file = self.root / "nginx.pid"
         while time.monotonic() < deadline:
             try:
+                # nginx writes its pid once it has bound every port: until then, a connection
+                # may reach another process on the port (one this nginx fails to bind)
+                if pid_file.read_text().strip() != str(self.proc.pid):
+                    raise OSError("not listening yet")
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 return self
             except OSError:

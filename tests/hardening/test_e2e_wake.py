@@ -8,7 +8,11 @@ default). In order, each step building on the state the previous one left:
    it (its journal's time, not before, not much later), the unit is stopped (drained first),
    the gate says asleep-and-wakable and /health says a request wakes it;
 2. 8 concurrent clients then send a request each through the proxy: all 8 complete with 200,
-   one start happened, none was refused; the hold each saw is printed;
+   one start happened, none was refused; the hold each saw is printed. Meanwhile a connection
+   storm on the waker's socket: an unprivileged user (nobody) is refused by the kernel at every
+   connect; the vLLM user (who may connect) opens thousands of idle ones, past the waker's
+   bound: the waker keeps to its bound and logs the storm in a line or two, and the 8 are
+   served all the same;
 3. the window (on_request: refuse) still refuses: its sleep service stops the unit and a
    request gets 503 "asleep" at once, no start; its wake service brings it back;
 4. asleep again (the idle sleep asked for as the waker asks: its request file), then a wake
@@ -183,19 +187,79 @@ def request_health(idle: Idle) -> str:
         return f"{e.code} {e.read(200).decode(errors='replace')}"
 
 
+# connects to the waker's socket for SECONDS as USER, holding up to 3000 idle connections; prints
+# "opened N refused {errno: count}"
+STORM = r"""
+import errno, resource, socket, sys, time
+path, seconds = sys.argv[1], float(sys.argv[2])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+held, opened, refused = [], 0, {}
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    for _ in range(10):
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError:
+            break
+        try:
+            s.connect(path)
+        except OSError as e:
+            s.close()
+            name = errno.errorcode.get(e.errno, str(e.errno))
+            refused[name] = refused.get(name, 0) + 1
+            continue
+        held.append(s)
+        opened += 1
+        if len(held) > 3000:
+            held.pop(0).close()
+    time.sleep(0.02)  # a pace the waker follows (faster would fill the kernel's backlog)
+print("opened", opened, "refused", refused)
+"""
+
+
+def storm(idle: Idle, user: str, seconds: float) -> str:
+    import shlex
+
+    sock = f"{GATE}/tiny.waker.sock"
+    drop = f"setpriv --reuid={user} --regid={user} --clear-groups"
+    if user == "nobody":
+        drop = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
+    command = f"{drop} python3 -c {shlex.quote(STORM)} {sock} {seconds}"
+    return idle.ssh(command, timeout=seconds + 120).strip()
+
+
 def test_2_eight_clients_wake_it_once_and_all_are_served(idle: Idle) -> None:
     assert idle.state() == "inactive"
     before = idle.starts()
+    unprivileged = storm(idle, "nobody", 2)
+    storms: list[str] = []
+    service_user = threading.Thread(target=lambda: storms.append(storm(idle, "vllm", 20)))
+    service_user.start()
     results = concurrent(idle.host.address, 8)
+    service_user.join(300)
     after = idle.starts()
     codes = sorted(code for code, _, _ in results)
     held = sorted(seconds for _, _, seconds in results)
     print(f"8 clients at a sleeping instance: statuses {codes}; each waited "
           f"{', '.join(f'{s:.1f}' for s in held)} s; starts {before} -> {after}")  # fmt: skip
+
+    def waker_journal() -> str:
+        return idle.ssh("journalctl -u vllm-tiny-waker.service --no-pager -o cat --since=-10min")
+
+    # the storm's line comes once it has been quiet a few seconds
+    idle.wait("the storm's line", lambda: "connection storm" in waker_journal(), 120)
+    journal = waker_journal()
+    lines = [line for line in journal.splitlines() if "connection storm" in line]
+    print(f"the storm: nobody {unprivileged}; the vLLM user {storms}; the waker's lines:\n"
+          + "\n".join(lines))  # fmt: skip
+    assert unprivileged.startswith("opened 0 refused {'EACCES': "), unprivileged
     assert codes == [200] * 8, results
     assert after - before == 1
     assert idle.state() == "active"
     assert not {"wakeable", "closed", "warming"} & idle.flags(), idle.flags()
+    assert storms and int(storms[0].split()[1]) > 1024, storms  # past the waker's bound
+    assert 1 <= len(lines) <= 3 and "Traceback" not in journal, journal[-3000:]
 
 
 def test_3_the_window_that_refuses_still_refuses(idle: Idle) -> None:

@@ -6,6 +6,7 @@ services do). Dev-mode routes stay unreachable on both doors."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -92,7 +93,8 @@ def make_proxied(
 ) -> Iterator[Callable[..., Proxied]]:
     made: list[Proxied] = []
 
-    def make(hold: float = 60, idle_after: float = 0, **host: Any) -> Proxied:
+    def make(hold: float = 60, idle_after: float = 0, waker: dict[str, Any] | None = None,
+             **host: Any) -> Proxied:  # fmt: skip
         gate = GateFiles(tmp_path / "gate")
         gate.dir.mkdir()
         double = vllm_double_factory(server_load_tracking=True, token_delay=0.01)
@@ -106,10 +108,10 @@ def make_proxied(
             **host,
         }
         files = render_proxy(wake_instance(port, awake_port), variables)
-        waker = Waker(gate, double.address, tmp_path / "waker.log", hold=hold,
-                      idle_after=idle_after).start()  # fmt: skip
+        process = Waker(gate, double.address, tmp_path / "waker.log", hold=hold,
+                        idle_after=idle_after, **(waker or {})).start()  # fmt: skip
         nginx = Nginx(nginx_bin, tmp_path / "nginx", files).start(port)
-        made.append(Proxied(gate, double, nginx, waker, port, awake_port))
+        made.append(Proxied(gate, double, nginx, process, port, awake_port))
         return made[-1]
 
     yield make
@@ -291,3 +293,69 @@ def test_idle_through_the_proxy(run, make_proxied: Callable[..., Proxied]) -> No
     finally:
         units.stop()
     assert units.runs[:2] == [("sleep", 0), ("wake", 0)], units.runs
+
+
+def test_a_connection_storm_on_the_waker_does_not_stop_a_wake(
+    run, make_proxied: Callable[..., Proxied]
+) -> None:
+    """Idle connections pour onto the waker's socket, far past its bound (256) and its
+    descriptor limit (640, as a unit's LimitNOFILE), before and while a real request reaches
+    the instance asleep: the request is held, the wake runs, it is served. The waker keeps to
+    its bound and logs the storm in one line (two if it lasted past a quiet spell), no
+    traceback."""
+    p = make_proxied(waker={"max_connections": 256, "nofile": 640})
+    p.asleep()
+    stop, served = threading.Event(), threading.Event()
+    opened: list[int] = [0]
+    peak: list[int] = [0]
+
+    def storm() -> None:
+        held: list[socket.socket] = []
+        try:
+            while not stop.is_set():
+                for _ in range(10):
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    try:
+                        s.connect(str(p.gate.socket))
+                    except OSError:
+                        s.close()
+                        continue
+                    held.append(s)
+                    opened[0] += 1
+                while len(held) > 1200:  # the test's own descriptors: the oldest let go
+                    held.pop(0).close()
+                # a pace the waker follows on a loaded machine (a storm faster than it accepts
+                # fills the kernel's backlog: then any connect waits or fails, nginx's too)
+                stop.wait(0.005)
+        finally:
+            for s in held:
+                s.close()
+
+    storming = threading.Thread(target=storm, daemon=True)
+    storming.start()
+    try:
+        wait_until(lambda: opened[0] > 1000, "a storm past the bound and the descriptor limit")
+        peak[0] = p.waker.state()["connections"]
+        held = Held(p.complete).start(1, p.waker.wait_holding)
+        assert p.gate.wake_request.exists() and opened[0] > 1000
+        woke = run("wake", p.double.address, "--gate", str(p.gate.closed), "--gate",
+                   str(p.gate.wakeable), "--cause", "request", "--no-warmup")  # fmt: skip
+        assert woke.exit_code == 0, woke.output
+        p.gate.wake_request.unlink()
+        [answer] = held.join()
+        served.set()
+        during = opened[0]
+    finally:
+        stop.set()
+        storming.join(60)
+    assert answer.status_code == 200 and answer.headers["X-Warmctl-Wake"] == "woke", answer.text
+    assert answer.text.rstrip().endswith("data: [DONE]")
+    assert peak[0] <= 256
+    wait_until(lambda: "connection storm" in p.waker.log(), "the storm's line", timeout=60)
+    log = p.waker.log()
+    lines = [line for line in log.splitlines() if "connection storm" in line]
+    print(f"{opened[0]} idle connections ({during} by the time the request was served) on a "
+          f"waker bound to 256 with 640 descriptors; its log: {len(log.splitlines())} lines:\n"
+          + "\n".join(lines))  # fmt: skip
+    assert 1 <= len(lines) <= 2 and "Traceback" not in log, log[-3000:]
+    assert len(log.splitlines()) < 20, log[-3000:]

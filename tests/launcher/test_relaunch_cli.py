@@ -234,8 +234,8 @@ def test_a_refusal_after_the_signal_is_the_launchers_line(unit: Unit, monkeypatc
     (server,) = children(unit.proc.pid)
     real_check = relaunch_module.check
 
-    def check_then_break(pid: int, proc: Path = Path("/proc")) -> Any:
-        checked = real_check(pid, proc)
+    def check_then_break(pid: int, proc: Path = Path("/proc"), expect: Any = None) -> Any:
+        checked = real_check(pid, proc, expect)
         unit.launch.write_text('{"argv": 1}')
         return checked
 

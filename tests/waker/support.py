@@ -95,14 +95,16 @@ def waker_argv(files: GateFiles, target: str, **options: Any) -> list[str]:
         argv += ["--wake-here"]
     if options.get("holding"):
         argv += ["--holding", str(files.holding)]
-    for key in ("hold", "failed_backoff", "textfile_dir", "output_check"):
+    for key in ("hold", "failed_backoff", "textfile_dir", "output_check", "socket_group",
+                "max_connections"):  # fmt: skip
         if options.get(key) is not None:
             argv += [f"--{key.replace('_', '-')}", str(options[key])]
     return argv
 
 
 class Waker:
-    """A running `warmctl waker`; its output is kept in `log_path`."""
+    """A running `warmctl waker`; its output is kept in `log_path`. `nofile`: its descriptor
+    limit (soft and hard, as a unit's LimitNOFILE=N sets them)."""
 
     def __init__(
         self,
@@ -110,16 +112,20 @@ class Waker:
         target: str,
         log_path: Path,
         env: dict[str, str] | None = None,
+        nofile: int | None = None,
         **options: Any,
     ) -> None:
-        self.files, self.log_path, self.env = files, log_path, env
+        self.files, self.log_path, self.env, self.nofile = files, log_path, env, nofile
         self.argv = waker_argv(files, target, **options)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Waker:
         env = {**os.environ, **(self.env or {})}
+        argv = self.argv
+        if self.nofile is not None:  # util-linux's prlimit: no preexec_fn among threads
+            argv = ["prlimit", f"--nofile={self.nofile}:{self.nofile}", "--", *argv]
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 30
         while True:
             try:

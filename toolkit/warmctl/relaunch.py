@@ -38,6 +38,7 @@ RESTART_NEEDED = 3  # exit status: the launcher cannot apply the change, a resta
 # the most read of the launcher's state file and of its script (a bigger script: a restart)
 STATE_MAX_BYTES = 1 << 20
 SCRIPT_MAX_BYTES = 16 << 20
+LAUNCH_MAX_BYTES = 1 << 20  # a launch file: vLLM's arguments and a few variables
 
 
 @dataclass(frozen=True)
@@ -164,9 +165,39 @@ def _digest(path: str) -> str:
         return ""
 
 
-def check(pid: int, proc: Path = Path("/proc")) -> Checked:
+def read_launch(path: str) -> vllm_launch.Launch:
+    """The launch file at `path`, read as root may read a path the launcher's command line (the
+    service user's process) names: a regular file reached without a link, at most
+    LAUNCH_MAX_BYTES (warmctl.safefs), then parsed as the launcher parses it."""
+    try:
+        data = safefs.read_file(path, LAUNCH_MAX_BYTES)
+    except OSError as exc:
+        raise vllm_launch.LaunchFileError(f"cannot read it: {exc.strerror or exc}") from None
+    return vllm_launch.parse_launch(data)
+
+
+def _expected(files: LauncherFiles, expect: LauncherFiles | None, pid: int) -> None:
+    """Root's callers name the instance's own files (its facts): a launcher whose command line
+    names others (a process of the service user's can show any command line) is refused before
+    anything is read."""
+    if expect is None:
+        return
+    for what, want, got in (
+        ("launch file", expect.launch_file, files.launch_file),
+        ("state file", expect.state_file, files.state_file),
+    ):
+        if want is not None and want != got:
+            raise WarmctlError(
+                f"process {pid} names {got or 'no ' + what} as its {what}, not this instance's "
+                f"{want}: not this instance's launcher",
+                kind="input",
+            )
+
+
+def check(pid: int, proc: Path = Path("/proc"), expect: LauncherFiles | None = None) -> Checked:
     """Can launcher `pid` apply its launch file by a relaunch? Raises WarmctlError: exit 2 for
-    what is not a launcher or a launch file, RESTART_NEEDED for what only a restart applies."""
+    what is not a launcher or a launch file (or, with `expect`, names other files than the
+    instance's), RESTART_NEEDED for what only a restart applies."""
     if pid <= 1:
         raise WarmctlError(f"--pid {pid}: not a launcher process", kind="input")
     if not is_launcher(pid, proc):
@@ -176,10 +207,11 @@ def check(pid: int, proc: Path = Path("/proc")) -> Checked:
             kind="input",
         )
     files = launcher_files(pid, proc)
+    _expected(files, expect, pid)
     if not files.launch_file:
         return Checked(files, read_state(files.state_file) if files.state_file else None, None)
     try:
-        launch = vllm_launch.read_launch(files.launch_file)
+        launch = read_launch(files.launch_file)
     except vllm_launch.LaunchFileError as exc:
         raise WarmctlError(f"{files.launch_file}: {exc}", kind="input") from None
     if not files.state_file:
@@ -255,10 +287,11 @@ def relaunch(
     proc: Path = Path("/proc"),
     on_wait: Callable[[str], None] | None = None,
     interval: float = 0.05,
+    expect: LauncherFiles | None = None,
 ) -> Relaunched:
     """SIGHUP the launcher `pid`; return once its old server is gone and a new one runs (with
     a state file: the one the launcher forked from the launch file as it is on disk)."""
-    checked = check(pid, proc)
+    checked = check(pid, proc, expect)
     before = int((checked.state or {}).get("signals", 0))
     old = children(pid, proc, checked.state)
     t0 = time.monotonic()

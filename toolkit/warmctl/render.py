@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -103,6 +104,7 @@ def _environment() -> Any:
         to_json=lambda value, **kw: json.dumps(value, **kw),
         quote=lambda value: shlex.quote(str(value)),
         basename=lambda value: posixpath.basename(str(value)),
+        regex_escape=lambda value: re.escape(str(value)),  # as Ansible's (re_type python)
     )
     # the collection's filters, by the names the templates use (plugins/filter/warmctl.py)
     env.filters.update(

@@ -433,6 +433,7 @@ RULES: dict[str, Callable[[Any, str], Iterator[Problem]]] = {
     "vllm_service_gpu_compilation_config": _compilation,
     "vllm_install_user": _pattern(re.compile(r"^[a-z_][a-z0-9_-]{0,31}$"), "a user name"),
     "vllm_install_group": _pattern(re.compile(r"^[a-z_][a-z0-9_-]{0,31}$"), "a group name"),
+    "vllm_proxy_nginx_group": _pattern(re.compile(r"^[a-z_][a-z0-9_-]{0,31}$"), "a group name"),
     "vllm_install_python": _not_empty,
     "vllm_install_vllm_python": _optional_path,
     "vllm_preflight_min_python": _pattern(VERSION, "a version such as 3.10"),

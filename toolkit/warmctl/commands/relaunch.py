@@ -27,6 +27,19 @@ from warmctl.warmup_cli import warmup_kwargs, warmup_options
     "and build vLLM's configuration from it (SIGUSR1 to the launcher; waits up to "
     "--ready-timeout for its standby's imports). --no-vllm-check: read the launcher's state only.",
 )
+@click.option(
+    "--launch-file",
+    "expect_launch",
+    default=None,
+    help="The instance's launch file: refused (exit 2) when the launcher's command line names "
+    "another. Root's callers (the deploy) pass it, so root reads only the instance's own file.",
+)
+@click.option(
+    "--state-file",
+    "expect_state",
+    default=None,
+    help="The instance's launcher state file, checked as --launch-file is.",
+)
 def command(
     hosts: tuple[str, ...],
     api_key: str | None,
@@ -36,6 +49,8 @@ def command(
     instance_name: str | None,
     check_only: bool,
     vllm_check: bool,
+    expect_launch: str | None,
+    expect_state: str | None,
     **options: object,
 ) -> None:
     """Replace a server run by the pre-imported launcher, then warm it.
@@ -64,7 +79,7 @@ def command(
         from warmctl.client import Client
         from warmctl.options import check_instance_name, write_metrics
         from warmctl.output import console, emit_json, error_line
-        from warmctl.relaunch import check, relaunch, vet
+        from warmctl.relaunch import LauncherFiles, check, relaunch, vet
         from warmctl.warmup import warmup
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
@@ -78,8 +93,11 @@ def command(
             return 2
         check_instance_name(instance_name, targets)
         (target,) = targets
+        expect = None
+        if expect_launch is not None or expect_state is not None:
+            expect = LauncherFiles(None, expect_launch, expect_state)
         if check_only:
-            checked = check(pid)
+            checked = check(pid, expect=expect)
             state = checked.state or {}
             what = checked.files.launch_file or "the same arguments"
             verdict = vet(pid, checked, float(kwargs["ready_timeout"])) if vllm_check else None
@@ -98,7 +116,12 @@ def command(
                 )
             return 0
         err = console(stderr=True)
-        done = relaunch(pid, float(kwargs["ready_timeout"]), on_wait=None if as_json else err.print)
+        done = relaunch(
+            pid,
+            float(kwargs["ready_timeout"]),
+            on_wait=None if as_json else err.print,
+            expect=expect,
+        )
         report = warmup(Client(target, api_key, timeout), **kwargs)
         code = write_metrics(textfile_dir, instance_name, "warmup", targets, [report])
         doc = {

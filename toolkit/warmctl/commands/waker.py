@@ -22,13 +22,32 @@ from warmctl.options import guard, textfile_options
     "socket_path",
     metavar="FILE",
     required=True,
-    help="The HTTP socket nginx's auth_request asks (GATE_DIR/NAME.waker.sock; mode 0666).",
+    help="The HTTP socket nginx's auth_request asks (GATE_DIR/NAME.waker.sock; mode 0660 with "
+    "--socket-group, else 0600).",
 )
 @click.option(
     "--activity-socket",
     metavar="FILE",
     help="The datagram socket of nginx's access log of /v1/ (GATE_DIR/NAME.activity.sock; "
-    "mode 0666): each datagram is a request vLLM answered. Needed with --idle-after.",
+    "mode as --socket): each datagram is a request vLLM answered. Needed with --idle-after.",
+)
+@click.option(
+    "--socket-group",
+    metavar="GROUP",
+    help="nginx's group (its workers' user's, e.g. www-data), name or number: both sockets get "
+    "it, mode 0660, so only nginx and this user connect. This process must be in it (the "
+    "unit's SupplementaryGroups=). Without it: mode 0600, this user only.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    metavar="N",
+    help="Connections kept at once on --socket (nginx holds one per held request). Past it, the "
+    "oldest one that sent nothing yet is closed to make room (one that sends nothing is "
+    "closed after 5 s anyway); when each holds a request, the new one is refused (503 "
+    "waking-failed). Lowered to what the descriptor limit holds, with a line.",
 )
 @click.option(
     "--wakeable",
@@ -134,6 +153,8 @@ def command(
     check_file: str | None,
     textfile_dir: str | None,
     instance_name: str | None,
+    socket_group: str | None,
+    max_connections: int,
 ) -> None:
     """Idle sleep and wake on request for one proxied instance (runs until stopped).
 
@@ -155,8 +176,10 @@ def command(
     is created (systemd's path unit runs the sleep, with its drain and gate).
 
     It needs no privileges: it reads and creates files in the gate folder and binds two sockets
-    there. Log lines go to stdout/stderr (journald priorities under systemd); metrics to
-    --textfile-dir as warmctl_NAME.waker.prom. See docs/IDLE-SLEEP.md.
+    there, which only nginx's workers (--socket-group) and its own user can connect to. A storm
+    of connections is bounded (--max-connections) and logged in one line per storm. Log lines
+    go to stdout/stderr (journald priorities under systemd); metrics to --textfile-dir as
+    warmctl_NAME.waker.prom. See docs/IDLE-SLEEP.md.
 
     Exit status: 0 when stopped (SIGTERM), 2 on bad options (nothing bound or written).
     """
@@ -198,6 +221,8 @@ def command(
             failed_backoff=failed_backoff,
             textfile_dir=textfile_dir,
             wake_argv=wake_argv,
+            socket_group=socket_group,
+            max_connections=max_connections,
         )
         return run(cfg)
 

@@ -10,6 +10,8 @@ systemd through two request files there; it never starts, stops, sleeps or wakes
                 released in arrival order once awake, or refused (failed, timeout, refused)
 - `http.py`     the hold's door: HTTP/1.1 on a unix stream socket, answering nginx's
                 `auth_request` subrequest (204 pass, 403 refuse; header `X-Warmctl-Wake`)
+- `connections.py`  that door's accept loop: a bound on its connections (an idle one makes
+                room), one log line per connection storm
 - `idle.py`     the idle sleep: nginx's access log of the instance's /v1/ requests as syslog
                 datagrams on a unix socket (each one = activity), vLLM's `/load` (nothing in
                 flight), then the sleep-request file (a path unit runs `warmctl sleep`)

@@ -8,8 +8,11 @@ Routes (one request per connection, `Connection: close`; nginx's subrequest has 
                 timeout, refused) and `X-Warmctl-Held` (seconds held).
 - `GET /state`  what the waker sees, as JSON (for a person with `curl --unix-socket`, and tests).
 
-Nothing else: 404. The socket is only in the gate folder (mode 0666: nginx's workers run as
-another user); it proxies nothing, so no vLLM route is reachable through it.
+Nothing else: 404. The socket is only in the gate folder, mode 0660 with nginx's group (or 0600
+without one, `service.py`): nginx's workers and the service user connect, nobody else. It
+proxies nothing, so no vLLM route is reachable through it. Its connections are bounded
+(`connections.py`): one that sends no whole head within HEAD_TIMEOUT_S is closed, and past the
+bound the oldest idle one makes room.
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from warmctl.waker.connections import Conn, Connections
 from warmctl.waker.hold import PASS, Hold
 
 HEAD_LIMIT = 16384  # nginx's subrequest head is a few hundred bytes
-HEAD_TIMEOUT_S = 10.0
+# nginx writes its head as it connects: a connection silent this long is idle, and closed
+HEAD_TIMEOUT_S = 5.0
 _REASONS = {
     200: "OK",
     204: "No Content",
@@ -51,9 +56,22 @@ async def _until_closed(reader: asyncio.StreamReader) -> None:
 
 
 def handler(
-    hold: Hold, state: Callable[[], dict[str, Any]]
-) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any]:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    hold: Hold, state: Callable[[], dict[str, Any]], connections: Connections
+) -> Callable[[Conn], Coroutine[Any, Any, None]]:
+    """What the door (`connections.Door`) runs for each connection it admitted."""
+
+    async def serve(conn: Conn) -> None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=conn.sock, limit=HEAD_LIMIT)
+        except OSError:
+            return
+        conn.writer = writer
+        if not conn.evicted:
+            await respond(conn, reader, writer)
+
+    async def respond(
+        conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
         except (
@@ -62,8 +80,9 @@ def handler(
             TimeoutError,
             ConnectionError,
         ):
-            writer.close()
-            return
+            return  # idle, cut or too long: the door closes it
+        if not connections.started(conn):
+            return  # closed for room meanwhile
         parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
         path = parts[1].split("?", 1)[0] if len(parts) == 3 else ""
         if not path.startswith("/") or not parts[2].startswith("HTTP/1."):

@@ -1,11 +1,15 @@
 """`warmctl waker`'s run: the options checked (nothing bound or written before), the two sockets
-bound in the gate folder, the hold, the idle watch and the metrics writer run until SIGTERM."""
+bound in the gate folder (reachable by nginx's group and the service user only), the
+descriptors sized to the door's bound, the hold, the idle watch and the metrics writer run
+until SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import grp
 import os
+import resource
 import signal
 import socket
 import stat
@@ -16,14 +20,21 @@ from typing import Any
 
 from warmctl.errors import WarmctlError
 from warmctl.output import info_line
+from warmctl.waker.connections import Connections, Door, Storm
 from warmctl.waker.flags import Flags
 from warmctl.waker.hold import Hold
-from warmctl.waker.http import HEAD_LIMIT, handler
+from warmctl.waker.http import handler
 from warmctl.waker.idle import Activity, IdleWatch
 from warmctl.waker.metrics import WakerMetrics
 
 SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes, the last one a NUL
 LOAD_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 1024  # the door's bound by default (nginx holds one per held request)
+BACKLOG = 1024  # the listen backlog: connections the kernel queues for accept (a burst)
+# descriptors beyond the bound: connections closed for room and not yet released (the door
+# waits past Door.CLOSING_MAX), and the process's own (sockets, files, the wake's pipes, its
+# HTTP connection to vLLM)
+FD_RESERVE = Door.CLOSING_MAX + 128
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,8 @@ class WakerConfig:
     failed_backoff: float
     textfile_dir: str | None
     wake_argv: list[str] | None = None  # `warmctl` argv of the waker's own wake (GPU), else None
+    socket_group: str | None = None  # nginx's group (name or number): sockets 0660; None: 0600
+    max_connections: int = MAX_CONNECTIONS
 
 
 def _socket_problem(path: Path, kind: int) -> str | None:
@@ -56,9 +69,31 @@ def _socket_problem(path: Path, kind: int) -> str | None:
     return "another process listens on it (is a waker for this instance running already?)"
 
 
+def group_id(group: str) -> int | None:
+    """The gid of a group name or number (None: no such group)."""
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        return int(group) if group.isdigit() else None
+
+
+def _group_problem(group: str) -> str | None:
+    gid = group_id(group)
+    if gid is None:
+        return f"--socket-group {group}: no such group"
+    if os.geteuid() != 0 and gid != os.getegid() and gid not in os.getgroups():
+        return (
+            f"--socket-group {group}: this process is not in that group, so it cannot give "
+            "it its sockets (its unit's SupplementaryGroups=)"
+        )
+    return None
+
+
 def check(cfg: WakerConfig) -> None:
     """Every problem of the options, before anything is bound or written (one line)."""
     problems: list[str] = []
+    if cfg.socket_group is not None and (why := _group_problem(cfg.socket_group)):
+        problems.append(why)
     if cfg.idle_after > 0 and (cfg.activity_socket is None or cfg.flags.sleep_request is None):
         problems.append("--idle-after needs --activity-socket and --sleep-request")
     sockets = [(cfg.socket, socket.SOCK_STREAM, "--socket")]
@@ -85,17 +120,25 @@ def check(cfg: WakerConfig) -> None:
         raise WarmctlError("waker: " + "; ".join(problems), kind="input")
 
 
-def _bind(path: Path, kind: int) -> socket.socket:
-    """A unix socket at `path` (a stale one replaced), mode 0666: nginx's workers run as
-    another user, and a unix socket's write permission is what connecting needs."""
+def _bind(path: Path, kind: int, gid: int | None) -> socket.socket:
+    """A unix socket at `path` (a stale one replaced) that only nginx's workers and this user
+    reach: connecting needs write permission on it, and it is made 0600 (the umask during the
+    bind), given nginx's group, then made 0660; without a group it stays 0600. The gate folder
+    is this user's: nobody else can swap the file between those steps."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     sock = socket.socket(socket.AF_UNIX, kind)
     try:
-        sock.bind(str(path))
-        os.chmod(path, 0o666)
+        umask = os.umask(0o177)
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(umask)
+        if gid is not None:
+            os.chown(path, -1, gid, follow_symlinks=False)
+            os.chmod(path, 0o660)
         if kind == socket.SOCK_STREAM:
-            sock.listen(1024)
+            sock.listen(BACKLOG)
         sock.setblocking(False)
     except OSError as err:
         sock.close()
@@ -103,6 +146,27 @@ def _bind(path: Path, kind: int) -> socket.socket:
             f"waker: cannot bind {path}: {err.strerror or err}", kind="input"
         ) from None
     return sock
+
+
+def fit_descriptors(name: str, bound: int) -> int:
+    """The door's bound that the descriptor limit holds (FD_RESERVE beside it): the soft limit
+    raised towards the hard one if need be (the unit's LimitNOFILE fits the default bound;
+    its system call filter refuses a raise), else the bound lowered, with a line."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = bound + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < need:
+        top = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and soft < need:
+        fitted = max(soft - FD_RESERVE, 1)
+        info_line(
+            f"{name}: waker: {soft} descriptors (LimitNOFILE) hold {fitted} connections, not "
+            f"the {bound} asked for"
+        )
+        return fitted
+    return bound
 
 
 def _notify_ready() -> None:
@@ -173,27 +237,36 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
             out["activities"] = idle.activities
         return out
 
+    gid = group_id(cfg.socket_group) if cfg.socket_group is not None else None
+    bound = fit_descriptors(cfg.name, cfg.max_connections)
+    storm = Storm(cfg.name, bound)
+    connections = Connections(bound, storm)
+
+    def door_state() -> dict[str, Any]:
+        return {**state(), "connections": len(connections), "max_connections": bound,
+                "storms": storm.storms}  # fmt: skip
+
     tasks: list[asyncio.Task[None]] = []
     activity: Activity | None = None
-    server = await asyncio.start_unix_server(
-        handler(hold, state), sock=_bind(cfg.socket, socket.SOCK_STREAM), limit=HEAD_LIMIT
-    )
+    door = Door(_bind(cfg.socket, socket.SOCK_STREAM, gid), connections,
+                handler(hold, door_state, connections))  # fmt: skip
+    door.start()
     try:
         if idle is not None and cfg.activity_socket is not None:
-            dgram = _bind(cfg.activity_socket, socket.SOCK_DGRAM)
+            dgram = _bind(cfg.activity_socket, socket.SOCK_DGRAM, gid)
             activity = Activity(dgram, idle.activity, idle.pause)
             tasks.append(asyncio.create_task(idle.run()))
         tasks.append(asyncio.create_task(metrics.writer()))
         idle_text = f"idle sleep after {cfg.idle_after:g} s" if idle else "no idle sleep"
         info_line(
-            f"{cfg.name}: waker listening on {cfg.socket} (hold up to {cfg.hold:g} s, "
-            f"{idle_text}; vLLM at {cfg.target})"
+            f"{cfg.name}: waker listening on {cfg.socket} (hold up to {cfg.hold:g} s, at most "
+            f"{bound} connections, {idle_text}; vLLM at {cfg.target})"
         )
         _notify_ready()
         await stop.wait()
     finally:
         hold.shutdown()
-        server.close()
+        door.close()
         if activity is not None:
             activity.close()
         for task in tasks:
@@ -206,6 +279,7 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
                     path.unlink()
         with contextlib.suppress(WarmctlError):
             metrics.write()
+        storm.close()
         info_line(f"{cfg.name}: waker stopped")
 
 

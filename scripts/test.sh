@@ -64,7 +64,8 @@ for stage in $stages; do
     # replaces the second host's instance). -rP: print each check's figures.
     e2e) wait_prefetch; run_stage e2e pytest -m e2e -rP tests/e2e \
            tests/hardening/test_e2e_lb.py tests/hardening/test_e2e_proxy.py \
-           tests/hardening/test_e2e_tp.py tests/hardening/test_e2e_wake.py "$@" ;;
+           tests/hardening/test_e2e_tp.py tests/hardening/test_e2e_wake.py \
+           tests/hardening/test_e2e_hold.py "$@" ;;
     *) echo "[test] unknown stage: $stage (lint fast integration e2e)" >&2; exit 2 ;;
   esac
 done

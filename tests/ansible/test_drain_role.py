@@ -175,3 +175,39 @@ def test_verify_playbook_measures_only(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "ARGS verify --wait-ready 10.0.0.9:8000 10.0.0.9:8001" in proc.stdout
     assert (gate / "a.draining").exists()
+
+
+def test_a_single_hosts_restart_holds_then_releases_even_when_it_fails(tmp_path, vllm_double):
+    """Not load balanced, and its proxy and waker can hold (the nginx server tests the holding
+    flag, the waker's socket is there): the drain closes the holding flag instead of the
+    draining one; the restart fails here (no vllm-a.service), and the role's `always` still
+    removes the flag, so the held requests get their answer at once (503 relaunch-failed from
+    the waker) instead of waiting for the hold's bound. Nothing is left out of rotation."""
+    import socket
+
+    host = drain_host(
+        tmp_path,
+        vllm_double,
+        vllm_service_restart_names=["a"],
+        vllm_service_unit_dir=str(tmp_path),
+        vllm_service_config_dir=str(tmp_path),
+    )
+    gate = tmp_path / "gate"
+    (tmp_path / "conf.d" / "vllm-a.conf").write_text(f"if (-f {gate}/a.holding) {{}}\n")
+    waker = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    waker.bind(str(gate / "a.waker.sock"))
+    waker.listen(1)
+    try:
+        inventory = write_inventory(tmp_path / "inv.json", {"h": host})
+        proc = run_playbook("tests/ansible/restart_handler.yml", inventory)
+    finally:
+        waker.close()
+    out = proc.stdout
+    assert proc.returncode != 0
+    said = " ".join(out.split())  # the play's output wraps long lines
+    assert "drained in" in said and f"gate {gate}/a.holding closed" in said, out[-3000:]
+    released = out.index("Release the requests held across the restart")
+    assert out.index("vllm_service : Restart them") < released, out[-3000:]
+    assert sorted(p.name for p in gate.iterdir()) == ["a.waker.sock"]
+    failed = out[out.index("Fail the host if a check, reload or restart failed") :]
+    assert "System has not been booted with systemd" in failed, failed[:2000]  # its reason

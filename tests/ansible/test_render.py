@@ -551,13 +551,22 @@ def test_launcher_wraps_the_server_and_reload_relaunches():
     assert not unit_values(plain.unit_text, "Service", "ExecReload")
     assert not unit_values(plain.unit_text, "Service", "RuntimeDirectory")
     assert not plain.launch_path and "/etc/vllm/coder.launch" not in plain.files
-    # proxied (chat sleeps behind the proxy): the check comes before the warming flag is set
+    # proxied (chat sleeps behind the proxy): the check comes before the warming flag is set;
+    # a single host (no load balancer): the holding flag too, removed after the relaunch
     chat = render_instance(GOOD["gpu_two"]["vllm_service_instances"][0], host)
     steps = unit_values(chat.unit_text, "Service", "ExecReload")
     assert [c.split()[0] for c in steps] == [
-        "/opt/warmctl/bin/warmctl", "-+/usr/bin/setpriv", "/opt/warmctl/bin/warmctl", "+/bin/rm",
+        "/opt/warmctl/bin/warmctl", "-+/usr/bin/setpriv", "-+/usr/bin/setpriv",
+        "/opt/warmctl/bin/warmctl", "+/bin/rm", "+/bin/rm",
     ]  # fmt: skip
-    assert " --check " in steps[0] and " --check " not in steps[2]
+    assert " --check " in steps[0] and " --check " not in steps[3]
+    assert [c.split()[-1].rsplit(".", 1)[-1] for c in steps[1:3] + steps[4:]] == [
+        "warming", "holding", "warming", "holding",
+    ]  # fmt: skip
+    balanced = render_instance(
+        GOOD["gpu_two"]["vllm_service_instances"][0], {**host, "vllm_proxy_load_balanced": True}
+    )
+    assert "holding" not in balanced.unit_text  # behind a load balancer: the drain as before
     # a role-level switch, a CPU host
     left = render_instance(GOOD["cpu_two"]["vllm_service_instances"][0], host_vars(GOOD, "cpu_two"))
     assert left.argv[1].endswith("/share/warmctl/vllm_launch.py")

@@ -65,6 +65,8 @@ DEPRIORITIZE = (
 SETTLE_S = 5.0  # load before and after each action
 LB_VARS = {
     **PROXY_VARS,
+    # behind the LB: a restart drains the host out of rotation (not: holds its requests)
+    "vllm_proxy_load_balanced": True,
     # 16 streams through the LB keep the controller's 2 cores busy during each verify; this
     # test counts failed and cut requests, the latency gate has its own tests
     "vllm_verify_max_ratio": 25,

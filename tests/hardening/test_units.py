@@ -180,10 +180,30 @@ def test_window_services_gate_and_drain() -> None:
     posts = unit_values(unit, "Service", "ExecStartPost")
     assert len(posts) == 2 and " warmup " in posts[0]  # the warmup, then the flag goes
     assert posts[1] == "+/bin/rm -f /run/vllm-gate/tiny.warming"
-    assert unit_values(unit, "Service", "ExecStopPost") == [posts[1]]
+    stops = unit_values(unit, "Service", "ExecStopPost")
+    assert stops[0] == posts[1]
+    # a single host's: a failed unit releases the requests held across its restart at once
+    assert stops[1:] == [
+        '+/bin/sh -c \'[ "$$SERVICE_RESULT" = success ] || exec /bin/rm -f '
+        "/run/vllm-gate/tiny.holding'"
+    ]
     plain = rendered("cpu").unit_text  # not proxied: no gate at all
     assert not unit_values(plain, "Service", "ExecStopPost")
     assert len(unit_values(plain, "Service", "ExecStartPost")) == 1
+
+
+def test_a_failed_unit_releases_the_held_requests_a_clean_stop_keeps_them(tmp_path: Path) -> None:
+    """The single host's ExecStopPost, run as systemd runs it (its $$ is one $): the holding
+    flag goes when the unit failed, stays on a clean stop (a restart's stop phase)."""
+    unit = rendered("cpu-proxied").unit_text
+    (line,) = [v for v in unit_values(unit, "Service", "ExecStopPost") if "holding" in v]
+    flag = tmp_path / "tiny.holding"
+    command = line.replace("$$", "$").replace("/run/vllm-gate/tiny.holding", str(flag))
+    for result, kept in [("success", True), ("exit-code", False), ("timeout", False)]:
+        flag.write_text("draining\n")
+        done = run_exec(command, env={"SERVICE_RESULT": result, "PATH": "/usr/bin:/bin"})
+        assert done.returncode == 0, done.stderr
+        assert flag.exists() == kept, result
 
 
 def run_exec(value: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -144,9 +144,14 @@ def test_idle_sleep_puts_the_proxy_in_front_and_adds_the_waker_and_its_two_trigg
 
 
 def test_windows_refuse_by_default_and_only_a_waking_one_needs_the_waker():
-    f = instance_facts(WINDOWED, {"vllm_preflight_device_kind": "gpu"})
+    balanced = {"vllm_preflight_device_kind": "gpu", "vllm_proxy_load_balanced": True}
+    f = instance_facts(WINDOWED, balanced)
     assert [w["on_request"] for w in f.windows] == ["refuse", "refuse"]
     assert (f.wake_on_request, f.triggers, f.waker_unit) == (False, (), "")
+    # a single host (not load balanced): the waker holds requests across its restarts
+    single = instance_facts(WINDOWED, {"vllm_preflight_device_kind": "gpu"})
+    assert (single.wake_on_request, single.restart_hold) == (False, True)
+    assert single.waker_unit == "vllm-qwen-waker.service"
     waking = {**WINDOWED, "windows": [{**WINDOWED["windows"][0], "on_request": "wake"}]}
     w = instance_facts(waking, {"vllm_preflight_device_kind": "gpu"})
     # vLLM sleep mode: the waker wakes it itself (no request trigger); a CPU host's start is
@@ -155,3 +160,21 @@ def test_windows_refuse_by_default_and_only_a_waking_one_needs_the_waker():
     assert w.idle_after == 0
     cpu = instance_facts(waking, {"vllm_preflight_device_kind": "cpu", "vllm_proxy_enabled": True})
     assert [t["cause"] for t in cpu.triggers] == ["request"]
+
+
+def test_a_single_hosts_restarts_hold_requests_a_load_balanced_ones_drain():
+    """restart_hold: proxied and not load balanced; vllm_proxy_load_balanced auto = an
+    instance with an awake-only door (the door only a load balancer uses) is load balanced."""
+    plain = {"name": "a", "model": "/m", "port": 8000}
+    on = {"vllm_preflight_device_kind": "cpu", "vllm_proxy_enabled": True}
+    f = instance_facts(plain, on)
+    assert (f.proxied, f.load_balanced, f.restart_hold) == (True, False, True)
+    assert f.holding == "/run/vllm-gate/a.holding" and f.waker_unit == "vllm-a-waker.service"
+    door = {**plain, "idle_sleep": {"after": "5m"}, "awake_port": 8001}
+    assert instance_facts(door, on).load_balanced and not instance_facts(door, on).restart_hold
+    told = instance_facts(plain, {**on, "vllm_proxy_load_balanced": "true"})
+    assert (told.restart_hold, told.waker_unit) == (False, "")
+    forced = instance_facts(door, {**on, "vllm_proxy_load_balanced": False})
+    assert forced.restart_hold
+    direct = instance_facts(plain, {"vllm_preflight_device_kind": "cpu"})  # not proxied
+    assert (direct.proxied, direct.restart_hold, direct.waker_unit) == (False, False, "")

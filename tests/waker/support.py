@@ -50,6 +50,10 @@ class GateFiles:
         return self.path("draining")
 
     @property
+    def holding(self) -> Path:
+        return self.path("holding")
+
+    @property
     def wake_request(self) -> Path:
         return self.path("wake-request")
 
@@ -89,6 +93,8 @@ def waker_argv(files: GateFiles, target: str, **options: Any) -> list[str]:
                  str(files.activity), "--sleep-request", str(files.sleep_request)]  # fmt: skip
     if options.get("wake_here"):
         argv += ["--wake-here"]
+    if options.get("holding"):
+        argv += ["--holding", str(files.holding)]
     for key in ("hold", "failed_backoff", "textfile_dir", "output_check", "socket_group",
                 "max_connections"):  # fmt: skip
         if options.get(key) is not None:

@@ -393,3 +393,28 @@ def test_wake_here_waits_for_a_sleep_that_holds_the_lock(
     answers = held.join()
     assert sorted(a[:2] for a in answers) == [(204, "woke")] * 2, waker.log()
     assert not vllm_double.is_sleeping
+
+
+def test_holding_holds_without_asking_then_releases_when_the_server_answers(
+    start_waker: Callable[..., Waker], gate: GateFiles, vllm_double: VllmDouble
+) -> None:
+    """A single host's restart (the holding flag): requests are held, nothing is asked of
+    systemd; once the flag goes, one /health of the server releases them all (relaunched)."""
+    waker = start_waker(vllm_double.address, hold=60, holding=True)
+    gate.holding.write_text("draining\n")
+    held = Held(waker.hold).start(4, waker.wait_holding)
+    assert not gate.wake_request.exists() and waker.state()["relaunch"]
+    gate.holding.unlink()
+    assert sorted(a[:2] for a in held.join()) == [(204, "relaunched")] * 4
+    assert "4 held requests released" in waker.log()
+
+
+def test_a_holding_flag_older_than_the_hold_holds_no_new_request(
+    start_waker: Callable[..., Waker], gate: GateFiles
+) -> None:
+    """A flag a failed hand's reload left behind stops holding after the hold's bound."""
+    waker = start_waker(hold=5, holding=True)
+    gate.holding.write_text("draining\n")
+    old = time.time() - 6
+    os.utime(gate.holding, (old, old))
+    assert waker.hold()[:2] == (204, "awake")

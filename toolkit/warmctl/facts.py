@@ -22,11 +22,19 @@ collection's `warmctl.vllm.vllm_instance_facts` filter, once per host in vllm_pr
     warmctl   the host's warmctl (vllm_install_warmctl_venv/bin/warmctl)
     python    vLLM's interpreter (vllm_install_vllm_python, else vllm_install_venv/bin/python)
     unit, gate, draining, warming   the unit's name and the proxy gate's flag files
+    load_balanced   the instance sits behind a load balancer (vllm_proxy_load_balanced; its
+              `auto`: when it has an awake-only door, which only a load balancer uses)
+    restart_hold   a restart or relaunch of it holds new requests instead of refusing them:
+              proxied and not load balanced (a single host; behind a load balancer the drain
+              takes it out of rotation instead)
+    holding   the gate's flag of that hold: while it exists the proxy sends /v1/* to the
+              waker, which holds them until the flag is gone (docs/LAUNCHER.md)
     windows   the sleep windows, each with its level (default SLEEP_LEVEL), what a request that
               comes while it sleeps does (`on_request`: refuse, the default, or wake) and unit names
     idle_after, idle_level   idle sleep: seconds without a request at the proxy (0: off), level
     wake_on_request   the proxy holds a request that reaches the instance asleep and wakes it
               (idle sleep, or a window with on_request: wake); the waker unit runs beside it
+              (also with restart_hold: the waker holds requests across a restart)
     wake_hold  how long the proxy holds such a request before a 503 (seconds)
     wake_failed_backoff  after a failed wake, how long requests get 503 at once (seconds)
     awake_port  the awake-only door (0: none): a load balancer's primary, refused while asleep
@@ -54,6 +62,7 @@ SETTINGS = (
     "vllm_proxy_enabled",
     "vllm_proxy_upstream_port_offset",
     "vllm_proxy_gate_dir",
+    "vllm_proxy_load_balanced",
     "vllm_proxy_conf_dir",
     "vllm_service_port",
     "vllm_service_bind",
@@ -99,6 +108,9 @@ class InstanceFacts:
     gate: str  # flag files of the proxy's gate (warmctl.gate): asleep
     draining: str  # out of rotation for a restart
     warming: str  # starting, warmup not finished
+    load_balanced: bool  # behind a load balancer: a restart drains it out of rotation
+    restart_hold: bool  # a single proxied host: a restart holds requests (the waker)
+    holding: str  # the flag of that hold: requests are held while it exists
     env_file: str
     unit_file: str
     proxy_conf: str  # the nginx server of the instance (rendered when proxied)
@@ -135,6 +147,13 @@ def _launcher(instance: Mapping[str, Any], setting: Any, gpu: bool) -> bool:
     if str(value).strip().lower() == "auto":
         return gpu
     return _truthy(value)
+
+
+def _load_balanced(setting: Any, awake_port: int) -> bool:
+    """vllm_proxy_load_balanced: true, false or auto (an awake-only door: a load balancer's)."""
+    if str(setting).strip().lower() == "auto":
+        return awake_port > 0
+    return _truthy(setting)
 
 
 def _int(value: Any, what: str) -> int:
@@ -306,6 +325,9 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         # does itself, as `warmctl wake` would (no process to start: the wake is ~0.2 s)
         level = idle_level if idle_after else SLEEP_LEVEL
         triggers.append(_trigger(name, "request", "wake", level, request_files["wake_request"]))
+    awake_port = _int(instance.get("awake_port", 0), f"instance {name}: awake_port")
+    load_balanced = _load_balanced(s["vllm_proxy_load_balanced"], awake_port)
+    restart_hold = proxied and not load_balanced
     unit_dir, config_dir = s["vllm_service_unit_dir"], s["vllm_service_config_dir"]
     runtime_dir = f"vllm-{name}" if launcher else ""
     paths = {
@@ -315,7 +337,7 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "proxy_conf": f"{s['vllm_proxy_conf_dir']}/vllm-{name}.conf",
         "window_unit": f"vllm-{name}-window.service" if window_facts else "",
         "window_script": f"{config_dir}/{name}-window.sh" if window_facts else "",
-        "waker_unit": f"vllm-{name}-waker.service" if wake_on_request else "",
+        "waker_unit": f"vllm-{name}-waker.service" if wake_on_request or restart_hold else "",
     }
     return InstanceFacts(
         name=name,
@@ -337,6 +359,9 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         gate=f"{gate_dir}/{name}.closed",
         draining=f"{gate_dir}/{name}.draining",
         warming=f"{gate_dir}/{name}.warming",
+        load_balanced=load_balanced,
+        restart_hold=restart_hold,
+        holding=f"{gate_dir}/{name}.holding",
         **paths,
         windows=tuple(window_facts),
         idle_after=idle_after if proxied else 0,
@@ -344,7 +369,7 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         wake_on_request=wake_on_request,
         wake_hold=wake_hold,
         wake_failed_backoff=backoff,
-        awake_port=_int(instance.get("awake_port", 0), f"instance {name}: awake_port"),
+        awake_port=awake_port,
         **request_files,
         triggers=tuple(triggers),
         files=_files(name, paths, unit_dir, window_facts, triggers),

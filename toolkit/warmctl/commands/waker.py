@@ -74,6 +74,13 @@ from warmctl.options import guard, textfile_options
     help="Flag: out of rotation for a restart (GATE_DIR/NAME.draining).",
 )
 @click.option(
+    "--holding",
+    metavar="FILE",
+    help="Flag: a restart or relaunch runs (GATE_DIR/NAME.holding, a single host's instance): "
+    "requests are held until it is gone, then passed on if vLLM answers /health, else "
+    "refused (503 relaunch-failed).",
+)
+@click.option(
     "--wake-request",
     metavar="FILE",
     required=True,
@@ -136,6 +143,7 @@ def command(
     closed: str,
     warming: str,
     draining: str,
+    holding: str | None,
     wake_request: str,
     sleep_request: str | None,
     idle_after: float,
@@ -157,6 +165,11 @@ def command(
     are gone. A wake that fails (its request file removed, the instance still asleep) refuses
     them (503 waking-failed), and new ones for --failed-backoff; a request held past --hold gets
     503 wake-timeout; the closed flag appearing (a window that refuses) 503 asleep.
+
+    Restarts of a single host (--holding FILE): while that flag exists (a restart or relaunch
+    runs), nginx asks this process too and the requests wait for the flag to go; then they are
+    passed on if vLLM answers /health, else refused (503 relaunch-failed); past --hold, 503
+    relaunch-timeout.
 
     Idle sleep (--idle-after S): awake (no flag) and no request finished for S seconds (nginx's
     datagrams on --activity-socket) and vLLM's /load says none in flight: the sleep-request file
@@ -187,6 +200,7 @@ def command(
             draining=Path(draining),
             wake_request=Path(wake_request),
             sleep_request=Path(sleep_request) if sleep_request else None,
+            holding=Path(holding) if holding else None,
         )
         wake_argv = None
         if wake_here:

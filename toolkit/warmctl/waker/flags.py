@@ -1,6 +1,6 @@
 """The files of one instance the waker reads (the gate's flags) and creates (its two requests to
-systemd), all in the gate folder (warmctl.facts: wakeable, gate, warming, draining, wake_request,
-sleep_request)."""
+systemd), all in the gate folder (warmctl.facts: wakeable, gate, warming, draining, holding,
+wake_request, sleep_request)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,31 @@ class Flags:
     draining: Path  # out of rotation for a restart
     wake_request: Path  # the waker asks systemd for a wake (vllm-NAME-wake-request.path)
     sleep_request: Path | None  # ... for an idle sleep (None: no idle sleep)
+    # a restart or relaunch runs: requests are held until it is gone (None: not held, the
+    # instance is behind a load balancer or the waker was started without --holding)
+    holding: Path | None = None
 
     def paths(self) -> list[Path]:
         every = (self.wakeable, self.closed, self.warming, self.draining, self.wake_request)
-        return [*every, *([self.sleep_request] if self.sleep_request else [])]
+        optional = [p for p in (self.sleep_request, self.holding) if p is not None]
+        return [*every, *optional]
+
+    def is_holding(self, max_age: float | None = None) -> bool:
+        """The holding flag exists (and, with `max_age`, was created less than that many
+        seconds ago: a restart or relaunch whose end never removed it, e.g. a hand's
+        `systemctl reload` that failed, stops holding requests after the hold's bound)."""
+        if self.holding is None:
+            return False
+        try:
+            mtime = self.holding.stat().st_mtime
+        except OSError:
+            return False
+        return max_age is None or time.time() - mtime < max_age
 
     def awake(self) -> bool:
         """Serving, and nothing is about to change that: no flag, no sleep asked for."""
-        busy = [self.wakeable, self.closed, self.warming, self.draining, self.sleep_request]
+        busy = [self.wakeable, self.closed, self.warming, self.draining, self.sleep_request,
+                self.holding]  # fmt: skip
         return not any(p is not None and p.exists() for p in busy)
 
 

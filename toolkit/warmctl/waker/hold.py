@@ -19,6 +19,16 @@ The first request of a wake creates the wake-request file (a path unit starts th
 service); the ones that come meanwhile wait for the same wake. A wake that succeeds removes the
 flag before its service ends and the request file goes, so reading the request file first and
 then the flag tells a failed wake from a done one.
+
+The same hold carries a single host's requests across a restart or relaunch (docs/LAUNCHER.md):
+while the holding flag exists (the drain before it creates it, the end of it removes it, done or
+failed) nginx sends /v1/* here too, and nothing is asked for: the requests wait for the flag to
+go (and the warming one). Then one `GET /health` of the server decides for all of them:
+
+- relaunched        it answers: released, served by the new server (or by the old one, which a
+                    relaunch that refused its launch file left serving);
+- relaunch-failed   it does not: refused, 503 (nothing serves: the unit failed);
+- relaunch-timeout  this request was held `hold` seconds: refused; the others wait on.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from warmctl.waker.metrics import WakerMetrics
 # waits on it, and 4 stat() calls every 25 ms cost nothing. Nothing is polled when nothing is
 # held.
 POLL_S = 0.025
-PASS = ("awake", "woke")  # outcomes nginx lets through (204); the others are refused (403)
+PASS = ("awake", "woke", "relaunched")  # nginx lets these through (204); others: 403
 
 
 @dataclass(eq=False)
@@ -48,6 +58,7 @@ class Holder:
     arrived: float
     deadline: float
     done: asyncio.Future[str] = field(repr=False)
+    relaunch: bool = False  # held across a restart or relaunch (the holding flag), not a wake
 
 
 class Hold:
@@ -60,8 +71,12 @@ class Hold:
         metrics: WakerMetrics,
         clock: Callable[[], float] = time.monotonic,
         on_asked: Callable[[], None] | None = None,
+        serving: Callable[[], bool] | None = None,
     ) -> None:
         self.name, self.flags, self.hold_s = name, flags, hold_s
+        # after a restart or relaunch: does the server answer? (None: assume it does)
+        self.serving = serving
+        self.relaunch_seen = False  # the holding flag existed since the last outcome
         # called when this process created the wake-request file (the waker's own wake, GPU)
         self.on_asked = on_asked
         self.failed_backoff_s, self.metrics, self.clock = failed_backoff_s, metrics, clock
@@ -79,11 +94,20 @@ class Hold:
         if self.flags.closed.exists():
             return self._count("refused", 0.0)
         wakeable = self.flags.wakeable.exists()
-        if not wakeable and not self.flags.warming.exists():
+        # a flag older than the hold's bound holds no new request (a restart whose end never
+        # removed it, e.g. a hand's `systemctl reload` that failed): they pass on
+        holding = self.flags.is_holding(max_age=self.hold_s)
+        if not wakeable and not holding and not self.flags.warming.exists():
             return "awake", 0.0  # woke between nginx's look at the flag and ours
         if wakeable and now < self.failed_until:
             return self._count("failed", 0.0)
-        holder = Holder(now, now + self.hold_s, asyncio.get_running_loop().create_future())
+        if not self.queue:
+            self.relaunch_seen = False  # a new hold (a timed-out one may have left it set)
+        future = asyncio.get_running_loop().create_future()
+        holder = Holder(now, now + self.hold_s, future, relaunch=holding and not wakeable)
+        if holder.relaunch and not self.relaunch_seen:
+            self.relaunch_seen = True
+            info_line(f"{self.name}: a restart or relaunch runs: holding requests until it ends")
         self.queue.append(holder)
         self.metrics.holding.set(len(self.queue))
         if wakeable and not self._ask_wake():
@@ -137,12 +161,36 @@ class Hold:
     async def _poll(self) -> None:
         while self.queue:
             await asyncio.sleep(POLL_S)
-            self.step()
+            if self.step() == "ended":  # the restart or relaunch ended: is a server there?
+                ok = True
+                if self.serving is not None:
+                    ok = await asyncio.get_running_loop().run_in_executor(None, self.serving)
+                self.relaunched(ok)
 
-    def step(self) -> None:
-        """Look at the files once and settle what they decide."""
+    def relaunched(self, serving: bool) -> None:
+        """The holding flag is gone: release every held request (a server answers) or refuse
+        them (none does: the restart or relaunch failed)."""
         if not self.queue:
             return
+        held = self.clock() - self.queue[0].arrived
+        if serving:
+            info_line(
+                f"{self.name}: the restart or relaunch ended: {len(self.queue)} held requests "
+                f"released (the longest held {held:.2f} s)"
+            )
+            self._finish_all("relaunched")
+        else:
+            error_line(
+                f"{self.name}: the restart or relaunch ended and no server answers: "
+                f"{len(self.queue)} held requests refused (503 relaunch-failed)"
+            )
+            self._finish_all("relaunch-failed")
+
+    def step(self) -> str | None:
+        """Look at the files once and settle what they decide; "ended" when a restart or
+        relaunch the requests were held for ended (the caller asks the server, `relaunched`)."""
+        if not self.queue:
+            return None
         now = self.clock()
         if self.flags.closed.exists():
             info_line(
@@ -150,18 +198,22 @@ class Hold:
                 f"{len(self.queue)} held requests refused"
             )
             self._finish_all("refused")
-            return
+            return None
         # the request file before the flag: a wake that succeeded removed the flag first
         requested = self.flags.wake_request.exists()
         wakeable = self.flags.wakeable.exists()
-        if not wakeable and not self.flags.warming.exists():
+        holding = self.flags.is_holding()
+        self.relaunch_seen = self.relaunch_seen or holding
+        if not wakeable and not self.flags.warming.exists() and not holding:
+            if self.relaunch_seen:
+                return "ended"
             held = now - self.queue[0].arrived
             info_line(
                 f"{self.name}: awake: {len(self.queue)} held requests released "
                 f"(the longest held {held:.2f} s)"
             )
             self._finish_all("woke")
-            return
+            return None
         if wakeable and requested:
             self.wake_seen = True
         elif wakeable and self.wake_seen:
@@ -173,20 +225,23 @@ class Hold:
                 f"refused, and new ones for {self.failed_backoff_s:g} s"
             )
             self._finish_all("failed")
-            return
+            return None
         elif wakeable and not self._ask_wake():  # asleep again before the queue emptied
-            return
+            return None
         late = [h for h in self.queue if now >= h.deadline]
         if late:
             if not self.timeout_logged:
                 self.timeout_logged = True
-                self.metrics.failed_wakes.labels("timeout").inc()
+                if any(not h.relaunch for h in late):
+                    self.metrics.failed_wakes.labels("timeout").inc()
                 warning_line(
                     f"{self.name}: not awake after {self.hold_s:g} s (--hold): "
-                    "held requests refused as they reach it; the wake goes on"
+                    "held requests refused as they reach it; the wake, restart or relaunch "
+                    "goes on"
                 )
             for h in late:
-                self._finish(h, "timeout")
+                self._finish(h, "relaunch-timeout" if h.relaunch else "timeout")
+        return None
 
     def _finish(self, holder: Holder, outcome: str) -> None:
         if not holder.done.done():
@@ -198,8 +253,10 @@ class Hold:
     def _finish_all(self, outcome: str) -> None:
         """Settle every held request, in the order they came (their answers go out in that
         order: the futures' callbacks run first in, first out)."""
-        if outcome != "timeout":
+        if outcome not in ("timeout", "relaunch-timeout"):
             self.wake_seen = False
+            self.relaunch_seen = False
+            self.timeout_logged = False
         while self.queue:
             self._finish(self.queue[0], outcome)
 
@@ -214,5 +271,6 @@ class Hold:
         return {
             "holding": len(self.queue),
             "wake_asked": self.wake_seen,
+            "relaunch": self.relaunch_seen,
             "refusing_s": max(0.0, self.failed_until - now),
         }

@@ -26,6 +26,9 @@ from warmctl.textfile import file_name, read_samples
 
 # what a held request's hold ended with (the 204 answers "awake" are not held: not counted)
 OUTCOMES = ("woke", "failed", "timeout", "refused", "gone")
+# ... of a request held across a restart or relaunch (the holding flag): served by the new server,
+# 503 because no server answered once it ended, 503 past the hold bound
+RELAUNCH_OUTCOMES = ("relaunched", "relaunch-failed", "relaunch-timeout")
 # why a wake the waker asked for failed
 FAILURES = ("failed", "timeout", "ask")
 # a GPU wake is under a second to seconds, a CPU one a start + warmup (minutes)
@@ -111,7 +114,8 @@ class WakerMetrics:
             doc("warmctl_waker_last_activity_timestamp_seconds"),
             registry=r,
         )
-        for outcome in OUTCOMES:  # every series from the start: rate() and alerts see 0, not none
+        # every series from the start: rate() and alerts see 0, not none
+        for outcome in OUTCOMES + RELAUNCH_OUTCOMES:
             self.held.labels(outcome)
             self.hold_seconds.labels(outcome)
         for reason in FAILURES:

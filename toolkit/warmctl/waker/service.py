@@ -189,6 +189,24 @@ def _load_reader(target: str) -> Any:
     return client.server_load
 
 
+def _serving_probe(target: str) -> Any:
+    """After a restart or relaunch the requests were held for: does vLLM answer /health?"""
+    from warmctl.client import Client
+    from warmctl.errors import WarmctlError
+    from warmctl.target import parse_target
+
+    client = Client(parse_target(target), timeout=LOAD_TIMEOUT_S)
+
+    def serving() -> bool:
+        try:
+            client.health()
+        except WarmctlError:
+            return False
+        return True
+
+    return serving
+
+
 async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
     """Run until SIGTERM/SIGINT (or `stop` is set)."""
     loop = asyncio.get_running_loop()
@@ -203,7 +221,8 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
 
         local = LocalWake(cfg.name, cfg.wake_argv, cfg.flags.wake_request)
     hold = Hold(cfg.name, cfg.flags, cfg.hold, cfg.failed_backoff, metrics,
-                on_asked=local.start if local is not None else None)  # fmt: skip
+                on_asked=local.start if local is not None else None,
+                serving=_serving_probe(cfg.target) if cfg.flags.holding else None)  # fmt: skip
     idle: IdleWatch | None = None
     if cfg.idle_after > 0:
         idle = IdleWatch(cfg.name, cfg.flags, cfg.idle_after, _load_reader(cfg.target), metrics)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from tests.lib.server import free_port
 
 from warmctl.launcher import SCRIPT
 
+RUNTIME = Path("/run/vllm-a")  # instance a's RuntimeDirectory (warmctl.facts)
 VENV = Path(sys.executable).parent.parent  # holds bin/python and bin/warmctl
 
 
@@ -89,7 +91,11 @@ class Host:
 
     def start(self) -> None:
         """The unit's main process: the launcher on a's launch file, the double as the server."""
-        self.state = self.tmp / "launcher.json"
+        # where the instance's facts put it (the unit's RuntimeDirectory): the deploy's check
+        # (root) names the instance's own state file and refuses a launcher naming another
+        self.state = RUNTIME / "launcher.json"
+        shutil.rmtree(RUNTIME, ignore_errors=True)
+        RUNTIME.mkdir(mode=0o750)
         self.launcher = subprocess.Popen(
             [sys.executable, str(SCRIPT), "--launch-file", str(self.etc / "a.launch"),
              "--state-file", str(self.state), "--", "-m", "tests.launcher.double_main"],
@@ -134,6 +140,7 @@ def host(tmp_path: Path) -> Iterator[Host]:
             h.launcher.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(h.launcher.pid, signal.SIGKILL)
+    shutil.rmtree(RUNTIME, ignore_errors=True)
 
 
 def _said(out: str) -> list[str]:

@@ -13,7 +13,8 @@ tarball with ansible-galaxy; vLLM is the interpreter the host already has
 3. the windows due in a minute or two (a deploy that moves them): the timers fire, sleep the
    real engine through the gate (GPU memory freed, /is_sleeping true, the proxy 503 "asleep"),
    then wake it with the output check passing, at level 1 and at level 2;
-4. `warmctl.vllm.restart`: a relaunch under the launcher (MainPID and NRestarts unchanged);
+4. `warmctl.vllm.restart`: a relaunch under the launcher (MainPID and NRestarts unchanged),
+   16 streaming clients through the proxy: none fails, none is cut (held across it);
 5. a deploy that changes a vLLM argument: a reload under the launcher (MainPID and NRestarts
    unchanged), verify passes, the server has it;
 6. no ERROR line in the server's journal from anything warmctl sent;
@@ -361,12 +362,42 @@ def test_3_windows_sleep_and_wake_the_real_engine() -> None:
     save()
 
 
+def single_host_load(label: str, action: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+    """16 streaming clients through the single host's proxy (no load balancer) across `action`:
+    a relaunch or a reload holds new requests and lets in-flight ones finish (none fails)."""
+    from tests.hardening.fleet_load import StreamLoad
+
+    load = StreamLoad(f"127.0.0.1:{PORT}", "m", clients=CLIENTS, max_tokens=TOKENS, limit_s=540,
+                      pause_s=PAUSE_S).start()  # fmt: skip
+    result: Any = None
+    try:
+        time.sleep(SETTLE_S)
+        result = action()
+        time.sleep(SETTLE_S)
+    finally:
+        counts = load.stop()
+    row = {
+        "started": counts.started,
+        "completed": counts.completed,
+        "failed": counts.failed,
+        "cut": counts.cut,
+        "longest_wait_s": round(counts.longest_wait_s, 2),
+        "rate": counts.rate(),
+        "errors": dict(counts.errors),
+    }
+    FIGURES.setdefault("single_host_load", {})[label] = row
+    save()
+    print(f"{label}: {counts.line()}; {counts.rate()}")
+    return result, row
+
+
 def test_4_restart_playbook_relaunches_under_the_launcher() -> None:
     before = show(UNIT, "MainPID", "NRestarts")
-    run = playbook("restart", "restart")
+    run, load = single_host_load("restart playbook", lambda: playbook("restart", "restart"))
     after = show(UNIT, "MainPID", "NRestarts", "ActiveState")
     FIGURES["restart"] = {"seconds": run["seconds"], "before": before, "after": after}
     save()
+    assert_clean(load)
     assert after["ActiveState"] == "active"
     assert after["MainPID"] == before["MainPID"] and after["NRestarts"] == before["NRestarts"]
     assert "vllm-launch: relaunch" in journal(UNIT)
@@ -375,7 +406,8 @@ def test_4_restart_playbook_relaunches_under_the_launcher() -> None:
 def test_5_a_changed_vllm_argument_reloads_and_verifies() -> None:
     before = show(UNIT, "MainPID", "NRestarts")
     inventory(WINDOWS_FAR, max_num_seqs=48)
-    run = playbook("config-change", "site")
+    run, load = single_host_load("config change", lambda: playbook("config-change", "site"))
+    assert_clean(load)
     after = show(UNIT, "MainPID", "NRestarts", "ActiveState")
     FIGURES["config_change"] = {"seconds": run["seconds"], "before": before, "after": after}
     # only the launch file changed: the launcher relaunched its server, the unit stayed

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.ansible.test_reload_role import RUNTIME as RELOAD_RUNTIME
 from tests.ansible.test_reload_role import Host as ReloadHost
 from tests.double import VllmDouble, wait_until
 from tests.hardening.fleet_load import LoadCounts, StreamLoad
@@ -239,6 +240,7 @@ class ProxiedHost(ReloadHost):
 @pytest.fixture
 def proxied_host(nginx_bin: str, tmp_path: Path) -> Iterator[tuple[ProxiedHost, Nginx, Waker]]:
     import os
+    import shutil
     import signal
     import subprocess
 
@@ -263,6 +265,7 @@ def proxied_host(nginx_bin: str, tmp_path: Path) -> Iterator[tuple[ProxiedHost, 
                 h.launcher.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(h.launcher.pid, signal.SIGKILL)
+        shutil.rmtree(RELOAD_RUNTIME, ignore_errors=True)
 
 
 def test_the_roles_relaunch_and_config_reload_of_a_single_host_fail_no_request(

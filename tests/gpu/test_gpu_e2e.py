@@ -257,6 +257,11 @@ def playbook(stage: str, name: str, *args: str, timeout: float = 580) -> dict[st
         result["changed"] = sum(int(r[2]) for r in recap)
     FIGURES.setdefault("playbooks", {})[stage] = result
     save()
+    if proc.returncode != 0:  # what the units said, before a later step or `down` loses it
+        for name_ in [h for h in HOSTS] or [FIRST]:
+            text = sh("journalctl --no-pager -o short-precise -u 'vllm-*' | tail -n 400",
+                      on=name_).stdout  # fmt: skip
+            (OUT / f"journal-{stage}-{name_}.log").write_text(text)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     return {**result, "output": proc.stdout}
 

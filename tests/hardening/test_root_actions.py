@@ -13,6 +13,7 @@ why it is safe.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,13 @@ def _user_folders(facts: Mapping[str, Any], variables: Mapping[str, Any]) -> dic
 
 def _paths(argv: list[str], folders: Mapping[str, str], name: str) -> list[str]:
     out = []
-    for arg in argv:
+    words = []
+    for arg in argv:  # a shell script's words too (`sh -c '... rm -f PATH'`)
+        try:
+            words += shlex.split(arg) if " " in arg else [arg]
+        except ValueError:
+            words.append(arg)
+    for arg in words:
         for folder, word in folders.items():
             if arg == folder or arg.startswith(folder + "/"):
                 out.append(word + arg[len(folder) :].replace(f"/{name}.", "/NAME."))

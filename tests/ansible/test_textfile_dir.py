@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 from tests.ansible.conftest import run_playbook, write_inventory
+
 from warmctl import safefs
 
 GROUP = "daemon"  # a group every Debian machine has, standing in for the service user's

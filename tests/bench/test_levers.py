@@ -71,7 +71,7 @@ def test_a_shared_cache_makes_the_first_start_a_restart(site, tmp_path) -> None:
 
 def test_plan_flags_are_checked() -> None:
     table = configs.standard()
-    for bad in ("B+load+load", "B+fast", "X"):
+    for bad in ("B+load+load", "B+fast", "Z"):
         with pytest.raises(WarmctlError, match="bad plan item"):
             parse_plan(bad, table)
 

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Ansible managed
+# warmctl instance: tiny
+# At boot: put vLLM instance "tiny" into the state its sleep windows say for this moment
+# (inside a window: that window's sleep service; otherwise: awake), whatever order the
+# Persistent= catch-up timers fired in.
+set -u
+inside() {
+  rc=0
+  /opt/warmctl/bin/warmctl calendar --in-window "$1" "$2" >/dev/null || rc=$?
+  [ "$rc" -le 1 ] || exit "$rc"
+  return "$rc"
+}
+if inside '0 3 * * *' '0 4 * * *'; then
+  echo 'inside window quiet: asleep'
+  exec /usr/bin/systemctl start vllm-tiny-sleep-quiet.service
+fi
+echo 'outside every sleep window: awake'
+exec /usr/bin/systemctl start vllm-tiny-wake-quiet.service

@@ -3,10 +3,9 @@
 vllm_systemd_quote / vllm_env_quote: quoting for unit files and environment files;
 vllm_oncalendar: cron or OnCalendar -> list of OnCalendar expressions (checked);
 vllm_calendar_error: '' or the reason an expression is unusable (for preflight asserts);
-vllm_launch_env: the variables of an instance's environment its launch file carries
-(warmctl.launchfile);
-vllm_instance_facts: an instance's derived facts (warmctl.facts; vllm_preflight sets them once
-per host);
+vllm_instance_facts: an instance's plan (warmctl.facts, warmctl.serverplan: its names, ports,
+paths, the server's argv and environment, the launch and env files' content; vllm_preflight
+sets them once per host);
 vllm_validate: every problem of a host's role variables, one line each (warmctl.validate);
 vllm_role_var: a role variable as the host has it, else the collection's default (warmctl.roles);
 vllm_support: the vLLM release a host runs, judged against the support matrix (warmctl.vllmmatrix);
@@ -56,7 +55,6 @@ from ansible.errors import AnsibleFilterError  # noqa: E402
 from warmctl.calendar import CalendarError, calendar_error, to_oncalendar  # noqa: E402
 from warmctl.facts import instance_facts  # noqa: E402
 from warmctl.fleet import host_results, role_options, verify_argv  # noqa: E402
-from warmctl.launchfile import launch_env  # noqa: E402
 from warmctl.roles import role_defaults  # noqa: E402
 from warmctl.unitfile import env_quote, systemd_quote  # noqa: E402
 from warmctl.validate import validate  # noqa: E402
@@ -140,7 +138,6 @@ class FilterModule:
             "vllm_oncalendar": vllm_oncalendar,
             "vllm_calendar_error": calendar_error,
             "vllm_instance_facts": vllm_instance_facts,
-            "vllm_launch_env": launch_env,
             "vllm_validate": vllm_validate,
             "vllm_role_var": vllm_role_var,
             "vllm_support": vllm_support,

@@ -54,7 +54,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from warmctl.roles import role_defaults
+from warmctl.roles import role_defaults, truthy
+from warmctl.serverplan import Core, server_plan
 
 # The variables the facts depend on (unset: the roles' defaults); the one list of them.
 SETTINGS = (
@@ -74,6 +75,23 @@ SETTINGS = (
     "vllm_install_vllm_python",
     "vllm_schedule_wake_hold_sec",
     "vllm_schedule_wake_failed_backoff_sec",
+    "vllm_schedule_output_check",
+    # the server's plan (warmctl.serverplan)
+    "vllm_service_extra_args",
+    "vllm_service_env",
+    "vllm_service_gpu_compilation_config",
+    "vllm_service_compilation_config",
+    "vllm_service_sleep_kv_cache_tokens",
+    "vllm_service_shutdown_timeout",
+    "vllm_service_timeout_start_sec",
+    "vllm_service_timeout_stop_sec",
+    "vllm_service_textfile_dir",
+    "vllm_service_warmup_args",
+    "vllm_service_gpu_warmup_args",
+    "vllm_service_cuda_cache_maxsize",
+    "vllm_install_cache_dir",
+    "vllm_install_user",
+    "vllm_install_group",
 )
 SLEEP_LEVEL = 1  # a window's vLLM sleep level unless it names one
 ON_REQUEST = ("refuse", "wake")  # what a request does to a sleeping instance (window default first)
@@ -132,13 +150,27 @@ class InstanceFacts:
     waker_unit: str  # "" without wake on request and idle sleep
     triggers: tuple[dict[str, Any], ...]
     files: tuple[dict[str, Any], ...]
+    waker: bool  # the waker runs: wake on request, or the hold across a restart
+    output_check: bool  # a GPU sleep records answers its wake replays (vllm_schedule_output_check)
+    # the server's plan (warmctl.serverplan): what runs, with what environment, how it starts
+    server_argv: tuple[str, ...]
+    exec_argv: tuple[str, ...]  # the unit's ExecStart
+    launch_args: tuple[str, ...]  # the launch file's argv (() without the launcher)
+    launch_env: dict[str, str]  # the launch file's variables ({} without the launcher)
+    env: tuple[tuple[str, str], ...]  # the server's environment, in order (a later pair wins)
+    env_lines: tuple[tuple[str, str], ...]  # the env file's: env less the launch file's
+    kv_cache_tokens: int  # the KV cache in tokens (0: vLLM's own sizing)
+    warmup_argv: tuple[str, ...]  # ExecStartPost
+    relaunch_argv: tuple[str, ...]  # ExecReload (with --main-pid)
+    relaunch_check_argv: tuple[str, ...]  # ExecReload's check, first
+    launcher_script: str  # "" without the launcher
+    as_service_user: tuple[str, ...]  # the prefix of a `+` line's command run as the service user
+    textfile_dir: str  # the Prometheus textfile folder ("": off)
+    textfile_args: tuple[str, ...]  # its options of warmctl's commands
+    cache_dir: str  # the compile and model caches (vllm_install_cache_dir)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _truthy(value: Any) -> bool:
-    return str(value).strip().lower() in ("true", "yes", "1", "on")
 
 
 def _launcher(instance: Mapping[str, Any], setting: Any, gpu: bool) -> bool:
@@ -146,14 +178,14 @@ def _launcher(instance: Mapping[str, Any], setting: Any, gpu: bool) -> bool:
     value = instance.get("launcher", setting)
     if str(value).strip().lower() == "auto":
         return gpu
-    return _truthy(value)
+    return truthy(value)
 
 
 def _load_balanced(setting: Any, awake_port: int) -> bool:
     """vllm_proxy_load_balanced: true, false or auto (an awake-only door: a load balancer's)."""
     if str(setting).strip().lower() == "auto":
         return awake_port > 0
-    return _truthy(setting)
+    return truthy(setting)
 
 
 def _int(value: Any, what: str) -> int:
@@ -182,6 +214,11 @@ def duration_seconds(value: Any, what: str) -> int:
 def local_address(bind: str) -> str:
     """The address that reaches a server bound to `bind` from the host itself."""
     return "127.0.0.1" if bind in _LOOPBACK_BINDS else bind
+
+
+def warmctl_path(variables: Mapping[str, Any]) -> str:
+    """The host's warmctl: vllm_install_warmctl_venv (else the roles' default)/bin/warmctl."""
+    return f"{settings_from(variables)['vllm_install_warmctl_venv']}/bin/warmctl"
 
 
 def settings_from(variables: Mapping[str, Any]) -> dict[str, Any]:
@@ -272,6 +309,70 @@ def _files(
     return tuple(files)
 
 
+def _wake_settings(s: Mapping[str, Any], sleep: bool) -> tuple[int, int]:
+    """How long the proxy holds a request while the instance wakes; the backoff after a failed
+    wake."""
+    hold = s["vllm_schedule_wake_hold_sec"]
+    wake_hold = _int(WAKE_HOLD["gpu" if sleep else "cpu"] if hold in (None, "auto") else hold,
+                     "vllm_schedule_wake_hold_sec")  # fmt: skip
+    backoff = _int(s["vllm_schedule_wake_failed_backoff_sec"],
+                   "vllm_schedule_wake_failed_backoff_sec")  # fmt: skip
+    if backoff < 0:
+        raise ValueError(f"vllm_schedule_wake_failed_backoff_sec must be >= 0, got {backoff}")
+    return wake_hold, backoff
+
+
+def _gate_files(gate_dir: str, name: str) -> dict[str, str]:
+    """The instance's files in the gate folder (warmctl.gate) and its output check's answers."""
+    return {
+        "gate": f"{gate_dir}/{name}.closed",
+        "draining": f"{gate_dir}/{name}.draining",
+        "warming": f"{gate_dir}/{name}.warming",
+        "holding": f"{gate_dir}/{name}.holding",
+        "wakeable": f"{gate_dir}/{name}.wakeable",
+        "wake_request": f"{gate_dir}/{name}.wake-request",
+        "sleep_request": f"{gate_dir}/{name}.sleep-request",
+        "waker_socket": f"{gate_dir}/{name}.waker.sock",
+        "activity_socket": f"{gate_dir}/{name}.activity.sock",
+        # the greedy answers a sleep records and a wake replays (vllm_schedule_output_check)
+        "outputs": f"/var/lib/warmctl/{name}.outputs.json",
+    }
+
+
+def _triggers(
+    name: str, files: Mapping[str, str], idle: tuple[int, int], wakes: bool, sleep: bool
+) -> list[dict[str, Any]]:
+    """The idle sleep (after `idle` = (seconds, level), 0: off) and the request wake."""
+    idle_after, idle_level = idle
+    triggers = []
+    if idle_after:
+        triggers.append(_trigger(name, "idle", "sleep", idle_level, files["sleep_request"]))
+    if wakes and not sleep:
+        # a start (CPU hosts, sleep off) is systemd's to do; a vLLM sleep mode's wake the waker
+        # does itself, as `warmctl wake` would (no process to start: the wake is ~0.2 s)
+        level = idle_level if idle_after else SLEEP_LEVEL
+        triggers.append(_trigger(name, "request", "wake", level, files["wake_request"]))
+    return triggers
+
+
+def _server(instance: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> dict:
+    core = Core(
+        name=f["name"],
+        gpu=f["gpu"],
+        sleep=f["sleep"],
+        launcher=f["launcher"],
+        bind=f["bind"],
+        upstream=f["upstream"],
+        target=f["target"],
+        python=f["python"],
+        warmctl=f["warmctl"],
+        venv=str(s["vllm_install_warmctl_venv"]),
+        launch_file=f["launch_file"],
+        launch_state=f["launch_state"],
+    )
+    return server_plan(instance, s, core)
+
+
 def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) -> InstanceFacts:
     """The derived facts of one item of vllm_service_instances on a host with `variables`."""
     if not isinstance(instance, Mapping):
@@ -284,47 +385,26 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     idle = idle if isinstance(idle, Mapping) else {}
     idle_after = duration_seconds(idle["after"], f"{name}: idle_sleep.after") if idle else 0
     asked = instance.get("sleep")
-    sleep_requested = bool(windows or idle_after) if asked is None else _truthy(asked)
+    sleep_requested = bool(windows or idle_after) if asked is None else truthy(asked)
     sleep = sleep_requested and gpu
     mode = str(s["vllm_proxy_enabled"]).strip().lower()
     # idle sleep needs the door every request passes: the proxy
-    proxied = _truthy(mode) or (mode == "auto" and (sleep or idle_after > 0))
+    proxied = truthy(mode) or (mode == "auto" and (sleep or idle_after > 0))
     launcher = _launcher(instance, s["vllm_service_launcher"], gpu)
     port = _int(instance.get("port", s["vllm_service_port"]), f"instance {name}: port")
     offset = _int(s["vllm_proxy_upstream_port_offset"], "vllm_proxy_upstream_port_offset")
     upstream = port + offset if proxied else port
     bind = "127.0.0.1" if (proxied or sleep) else str(instance.get("bind", s["vllm_service_bind"]))
-    local = local_address(bind)
     gate_dir = str(s["vllm_proxy_gate_dir"])
     window_facts = [_window(name, w) for w in windows if isinstance(w, Mapping)]
     wake_on_request = proxied and (
         idle_after > 0 or any(w["on_request"] == "wake" for w in window_facts)
     )
     idle_level = _int(idle.get("level", SLEEP_LEVEL), f"instance {name}: idle_sleep.level")
-    hold = s["vllm_schedule_wake_hold_sec"]
-    wake_hold = _int(WAKE_HOLD["gpu" if sleep else "cpu"] if hold in (None, "auto") else hold,
-                     "vllm_schedule_wake_hold_sec")  # fmt: skip
-    backoff = _int(s["vllm_schedule_wake_failed_backoff_sec"],
-                   "vllm_schedule_wake_failed_backoff_sec")  # fmt: skip
-    if backoff < 0:
-        raise ValueError(f"vllm_schedule_wake_failed_backoff_sec must be >= 0, got {backoff}")
-    request_files = {
-        "wakeable": f"{gate_dir}/{name}.wakeable",
-        "wake_request": f"{gate_dir}/{name}.wake-request",
-        "sleep_request": f"{gate_dir}/{name}.sleep-request",
-        "waker_socket": f"{gate_dir}/{name}.waker.sock",
-        "activity_socket": f"{gate_dir}/{name}.activity.sock",
-        # the greedy answers a sleep records and a wake replays (vllm_schedule_output_check)
-        "outputs": f"/var/lib/warmctl/{name}.outputs.json",
-    }
-    triggers = []
-    if idle_after and proxied:
-        triggers.append(_trigger(name, "idle", "sleep", idle_level, request_files["sleep_request"]))
-    if wake_on_request and not sleep:
-        # a start (CPU hosts, sleep off) is systemd's to do; a vLLM sleep mode's wake the waker
-        # does itself, as `warmctl wake` would (no process to start: the wake is ~0.2 s)
-        level = idle_level if idle_after else SLEEP_LEVEL
-        triggers.append(_trigger(name, "request", "wake", level, request_files["wake_request"]))
+    wake_hold, backoff = _wake_settings(s, sleep)
+    gate_files = _gate_files(gate_dir, name)
+    idle_now = (idle_after, idle_level) if proxied else (0, idle_level)
+    triggers = _triggers(name, gate_files, idle_now, wake_on_request, sleep)
     awake_port = _int(instance.get("awake_port", 0), f"instance {name}: awake_port")
     load_balanced = _load_balanced(s["vllm_proxy_load_balanced"], awake_port)
     restart_hold = proxied and not load_balanced
@@ -339,41 +419,40 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "window_script": f"{config_dir}/{name}-window.sh" if window_facts else "",
         "waker_unit": f"vllm-{name}-waker.service" if wake_on_request or restart_hold else "",
     }
-    return InstanceFacts(
-        name=name,
-        gpu=gpu,
-        sleep_requested=sleep_requested,
-        sleep=sleep,
-        proxied=proxied,
-        launcher=launcher,
-        runtime_dir=runtime_dir,
-        launch_state=f"/run/{runtime_dir}/launcher.json" if launcher else "",
-        port=port,
-        upstream=upstream,
-        bind=bind,
-        target=f"{local}:{upstream}",
-        warmctl=f"{s['vllm_install_warmctl_venv']}/bin/warmctl",
-        python=str(s["vllm_install_vllm_python"] or f"{s['vllm_install_venv']}/bin/python"),
-        unit=f"vllm-{name}.service",
-        gate_dir=gate_dir,
-        gate=f"{gate_dir}/{name}.closed",
-        draining=f"{gate_dir}/{name}.draining",
-        warming=f"{gate_dir}/{name}.warming",
-        load_balanced=load_balanced,
-        restart_hold=restart_hold,
-        holding=f"{gate_dir}/{name}.holding",
+    facts: dict[str, Any] = {
+        "name": name,
+        "gpu": gpu,
+        "sleep_requested": sleep_requested,
+        "sleep": sleep,
+        "proxied": proxied,
+        "launcher": launcher,
+        "runtime_dir": runtime_dir,
+        "launch_state": f"/run/{runtime_dir}/launcher.json" if launcher else "",
+        "port": port,
+        "upstream": upstream,
+        "bind": bind,
+        "target": f"{local_address(bind)}:{upstream}",
+        "warmctl": warmctl_path(s),
+        "python": str(s["vllm_install_vllm_python"] or f"{s['vllm_install_venv']}/bin/python"),
+        "unit": f"vllm-{name}.service",
+        "gate_dir": gate_dir,
+        "load_balanced": load_balanced,
+        "restart_hold": restart_hold,
         **paths,
-        windows=tuple(window_facts),
-        idle_after=idle_after if proxied else 0,
-        idle_level=idle_level,
-        wake_on_request=wake_on_request,
-        wake_hold=wake_hold,
-        wake_failed_backoff=backoff,
-        awake_port=awake_port,
-        **request_files,
-        triggers=tuple(triggers),
-        files=_files(name, paths, unit_dir, window_facts, triggers),
-    )
+        **gate_files,
+        "windows": tuple(window_facts),
+        "idle_after": idle_after if proxied else 0,
+        "idle_level": idle_level,
+        "wake_on_request": wake_on_request,
+        "wake_hold": wake_hold,
+        "wake_failed_backoff": backoff,
+        "awake_port": awake_port,
+        "triggers": tuple(triggers),
+        "files": _files(name, paths, unit_dir, window_facts, triggers),
+        "waker": wake_on_request or restart_hold,
+        "output_check": truthy(s["vllm_schedule_output_check"]),
+    }
+    return InstanceFacts(**facts, **_server(instance, s, facts))
 
 
 def inventory_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) -> InstanceFacts:

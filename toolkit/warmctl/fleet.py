@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from warmctl.errors import WarmctlError
+from warmctl.facts import warmctl_path
+from warmctl.roles import truthy
 from warmctl.target import Target
-
-DEFAULT_WARMCTL_VENV = "/opt/warmctl"
 
 # run by ansible-playbook; its variables come from a 0600 extra-vars file
 PLAYBOOK = """\
@@ -113,7 +113,7 @@ def role_options(variables: Mapping[str, Any]) -> dict[str, Any]:
         "max_first_ttft": first if first > 0 else None,
         "max_ratio": ratio if ratio > 0 else None,
         "attempts": attempts if attempts > 1 else None,
-        "asleep_ok": str(variables.get("asleep_ok")).lower() in ("true", "yes", "1", "on"),
+        "asleep_ok": truthy(variables.get("asleep_ok")),
         "textfile_dir": textfile_dir or None,
         "instance": str(variables.get("instance") or "") or None if textfile_dir else None,
     }
@@ -131,9 +131,8 @@ def plan(
     for name, hv, targets in hosts:
         if not targets:
             continue
-        venv = str(hv.get("vllm_install_warmctl_venv") or DEFAULT_WARMCTL_VENV)
         argv = verify_argv(
-            f"{venv}/bin/warmctl",
+            warmctl_path(hv),
             [local_url(t) for t in targets],
             options_for(targets[0]),
             wait_ready=wait_ready,

@@ -2,9 +2,9 @@
 
 The same template files the roles use, with the roles' own defaults (`roles/*/defaults/main.yml`)
 and the same filters, so the GPU benchmark and `warmctl render` start vLLM exactly as the unit
-would. `render_instance()` returns the unit and env file text, every timer/window file, and the
-parsed `argv` / `env` of the unit's ExecStart / EnvironmentFile (under the launcher, also its
-launch file's path and variables, and `server_argv`: what the server runs).
+would. `render_instance()` returns the instance's plan (warmctl.facts) and every file rendered
+from it, with the plan's `argv` / `env` of the unit's ExecStart / EnvironmentFile (under the
+launcher, also its launch file's path and variables, and `server_argv`: what the server runs).
 
     from warmctl.render import render_instance
     r = render_instance({"name": "qwen", "model": "/srv/models/qwen", "port": 8001},
@@ -25,11 +25,9 @@ from typing import Any
 
 from warmctl.calendar import CalendarError, to_oncalendar
 from warmctl.errors import WarmctlError
-from warmctl.facts import instance_facts
-from warmctl.launcher.vllm_launch import parse_launch
-from warmctl.launchfile import launch_env
+from warmctl.facts import InstanceFacts, instance_facts
 from warmctl.roles import role_defaults, templates_dir
-from warmctl.unitfile import env_quote, parse_env_file, systemd_quote, systemd_split, unit_values
+from warmctl.unitfile import env_quote, systemd_quote
 
 ANSIBLE_MANAGED = "Ansible managed"  # ansible-core's default `ansible_managed` text
 DEVICE_KEY = "vllm_preflight_device_kind"
@@ -61,6 +59,7 @@ class RenderedInstance:
     launch_env: dict[str, str] = field(default_factory=dict)  # the variables it sets
     # what the server runs: `python -m MODULE ARGS...` (under the launcher, ARGS from its file)
     server_argv: list[str] = field(default_factory=list)
+    plan: InstanceFacts | None = None  # everything derived of the instance (warmctl.facts)
 
 
 def _combine(base: Mapping[str, Any], *others: Mapping[str, Any], recursive: bool = False) -> dict:
@@ -72,13 +71,6 @@ def _combine(base: Mapping[str, Any], *others: Mapping[str, Any], recursive: boo
             else:
                 result[key] = value
     return result
-
-
-def _facts(instance: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        return instance_facts(instance, settings).as_dict()
-    except ValueError as exc:
-        raise RenderError(str(exc)) from None
 
 
 def _oncalendar(expr: Any) -> list[str]:
@@ -112,7 +104,6 @@ def _environment() -> Any:
             f"{COLLECTION}.vllm_systemd_quote": systemd_quote,
             f"{COLLECTION}.vllm_env_quote": env_quote,
             f"{COLLECTION}.vllm_oncalendar": _oncalendar,
-            f"{COLLECTION}.vllm_launch_env": launch_env,
         }
     )
     return env
@@ -175,10 +166,20 @@ def check_variables(variables: Mapping[str, Any], label: str) -> None:
         raise InvalidVariables(lines)
 
 
-def instance_variables(instance: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
-    """`base` (host_variables) with the instance and its facts (warmctl.facts), as vllm_preflight
+def instance_plan(instance: Mapping[str, Any], base: Mapping[str, Any]) -> InstanceFacts:
+    """The instance's plan (warmctl.facts) on a host with `base` (host_variables)."""
+    try:
+        return instance_facts(instance, base)
+    except ValueError as exc:
+        raise RenderError(str(exc)) from None
+
+
+def instance_variables(
+    instance: Mapping[str, Any], base: Mapping[str, Any], plan: InstanceFacts | None = None
+) -> dict[str, Any]:
+    """`base` (host_variables) with the instance and its plan (warmctl.facts), as vllm_preflight
     sets them on a host: what the templates of one instance read."""
-    facts = _facts(instance, base)
+    facts = (plan or instance_plan(instance, base)).as_dict()
     return _combine(
         base, {"vllm_instance": dict(instance), "vllm_preflight_facts": {facts["name"]: facts}}
     )
@@ -189,45 +190,32 @@ def render_instance(
 ) -> RenderedInstance:
     """Render every file of one instance (an item of `vllm_service_instances`); the variables
     are validated first (`label` starts each problem line), so bad input is never a template
-    error."""
+    error. What runs (argv, environment, warmup, sleep) is the plan's, not read back from the
+    files."""
     base = host_variables(host)
     check_variables({**base, "vllm_service_instances": [instance]}, label)
-    name = instance["name"]
-    variables = instance_variables(instance, base)
-    facts = variables["vllm_preflight_facts"][name]
+    plan = instance_plan(instance, base)
+    variables = instance_variables(instance, base, plan)
     files: dict[str, str] = {}
-    for produced in facts["files"]:
+    for produced in plan.files:
         if produced["role"] not in RENDERED_ROLES:
             continue
         extra = {"vllm_window": produced["window"], "vllm_window_action": produced["action"]}
         files[produced["path"]] = _render(produced["template"], _combine(variables, extra))
-    unit_name, env_path = facts["unit"], facts["env_file"]
-    unit_text, env_text = files[facts["unit_file"]], files[env_path]
-
-    starts = unit_values(unit_text, "Service", "ExecStart")
-    # the warmup; a proxied instance also has a privileged ("+") one that clears its warming flag
-    posts = [p for p in unit_values(unit_text, "Service", "ExecStartPost") if not p.startswith("+")]
-    if len(starts) != 1 or len(posts) != 1:
-        raise RenderError(f"{unit_name}: expected one ExecStart and one warmup ExecStartPost")
-    argv = systemd_split(starts[0])
-    server_argv, launch_env = argv, {}
-    if facts["launch_file"]:
-        launch = parse_launch(files[facts["launch_file"]].encode())
-        module = argv[argv.index("--") + 1 :]  # `-m MODULE`
-        server_argv, launch_env = [argv[0], *module, *launch.args], launch.env
     return RenderedInstance(
-        name=name,
+        name=plan.name,
         device=variables[DEVICE_KEY],
-        unit_name=unit_name,
-        unit_text=unit_text,
-        env_path=env_path,
-        env_text=env_text,
-        argv=argv,
-        env=parse_env_file(env_text),
-        warmup_argv=systemd_split(posts[0]),
-        sleep="--enable-sleep-mode" in server_argv,
+        unit_name=plan.unit,
+        unit_text=files[plan.unit_file],
+        env_path=plan.env_file,
+        env_text=files[plan.env_file],
+        argv=list(plan.exec_argv),
+        env=dict(plan.env_lines),
+        warmup_argv=list(plan.warmup_argv),
+        sleep=plan.sleep,
         files=files,
-        launch_path=facts["launch_file"],
-        launch_env=launch_env,
-        server_argv=server_argv,
+        launch_path=plan.launch_file,
+        launch_env=dict(plan.launch_env),
+        server_argv=list(plan.server_argv),
+        plan=plan,
     )

@@ -37,6 +37,11 @@ def _find(name: str) -> Path:
     raise DataError(f"cannot find the collection's {name}/ folder (looked in {_candidates(name)})")
 
 
+def truthy(value: Any) -> bool:
+    """A yes/no role variable as Ansible's bool reads it: true, yes, on or 1 (any case)."""
+    return str(value).strip().lower() in ("true", "yes", "1", "on")
+
+
 def templates_dir() -> Path:
     return _find("templates")
 

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warmctl.roles import truthy
+
 DOC = "docs/VLLM-VERSIONS.md"
 CONSENT = "vllm_install_allow_untested_vllm"
 
@@ -290,7 +292,7 @@ def judge(
         package, version, source = name, "", f"{var}: {wanted}"
     found = release_for(package, device, version) if version else None
     supported = bool(found and found.supported)
-    consent = str(get(CONSENT)).lower() in ("true", "yes", "1", "on")
+    consent = truthy(get(CONSENT))
     kind = device.upper()
     what = f"{package} {version}" if version else f"{package} (no version pinned)"
     if found is not None and supported:

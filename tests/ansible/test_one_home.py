@@ -7,6 +7,11 @@ vllm_preflight; the templates read `vllm_preflight_facts`). A role reads another
 as it is (the roles' defaults are the one source of defaults, warmctl.roles.role_defaults), never
 through its own `| default(...)` copy. Grep-level: each rule is a pattern that a copy of a rule
 would match.
+
+The plan (warmctl.facts with warmctl.serverplan) also holds the server's argv and environment, the
+launch and env files' content, warmctl's and the launcher's paths: the templates of the instance
+(PLAN_TEMPLATES) only print its fields (no list built, no default, no instance key that chooses an
+argument, no vLLM flag written), and no other Python module builds those (PY_RULES).
 """
 
 from __future__ import annotations
@@ -65,9 +70,49 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
         "the facts' sleep, gpu and windows[].level",
     ),
     (
+        "launcher path",
+        re.compile(r"share/warmctl"),
+        "the plan's exec_argv / launcher_script",
+    ),
+    (
+        "warmctl path",
+        re.compile(r"bin/warmctl"),
+        "the plan's warmctl",
+    ),
+    (
         "instance port",
         re.compile(r"\.port\s*\|\s*default\(|default\(vllm_service_port"),
         "the facts' port",
+    ),
+]
+# the templates of an instance's unit, env and launch files, and the names they share: they print
+# the plan's fields (the sandbox block of the unit is its own list, not read here)
+PLAN_TEMPLATES = ("vllm-common.j2", "vllm-instance.service.j2", "vllm-instance.env.j2",
+                  "vllm-instance.launch.j2")  # fmt: skip
+SANDBOX = ("{% if vllm_service_hardening %}", "[Install]")  # first line, the line after it
+PLAN_RULES: list[tuple[str, re.Pattern[str], str]] = [
+    ("list built", re.compile(r"\{%-?\s*set\s+\w+\s*=[^%]*\+"), "a plan field (serverplan)"),
+    ("default", re.compile(r"\|\s*default\("), "the plan (it has every default)"),
+    (
+        "instance key chooses",
+        re.compile(r"\b(i|vllm_instance)\.\w+\s+is\s+(not\s+)?defined|\bif\s+i\.\w+"),
+        "the plan's argv / env (serverplan.FLAGS, server_env)",
+    ),
+    ("vLLM flag", re.compile(r"['\"]--[a-z][\w-]*['\"]"), "the plan's server_argv / exec_argv"),
+    ("merge", re.compile(r"\|\s*combine\(|vllm_launch_env"), "the plan's env / launch_env"),
+]
+# Python: what only the plan builds (path: the modules allowed to)
+PY_RULES: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
+    (
+        "server argv",
+        re.compile(r"['\"]-m['\"],\s*['\"]vllm\.|['\"]--enable-sleep-mode['\"]"),
+        ("toolkit/warmctl/serverplan.py",),
+    ),
+    ("launcher path", re.compile(r"share/warmctl/vllm_launch"), ("toolkit/warmctl/serverplan.py",)),
+    (
+        "warmctl path",
+        re.compile(r"/bin/warmctl['\"]|['\"]/opt/warmctl['\"]"),
+        ("toolkit/warmctl/facts.py",),
     ),
 ]
 ROLE_VAR = re.compile(r"\b(vllm_[a-z]+_\w+)\s*\|\s*default\(")
@@ -118,6 +163,79 @@ def problems(path: Path, text: str, owners: dict[str, str]) -> list[str]:
     return found
 
 
+def plan_problems(path: Path, text: str) -> list[str]:
+    """Every line of an instance's template (PLAN_TEMPLATES) that does more than print the plan."""
+    if path.name not in PLAN_TEMPLATES:
+        return []
+    found, sandbox = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        sandbox = (sandbox or line.strip() == SANDBOX[0]) and line.strip() != SANDBOX[1]
+        for name, pattern, instead in PLAN_RULES if not sandbox else ():
+            if pattern.search(line):
+                found.append(f"templates/{path.name}:{number}: {name}: {line.strip()} "
+                             f"(print {instead})")  # fmt: skip
+    return found
+
+
+def python_problems(rel: str, text: str) -> list[str]:
+    """Every line of a Python module (`rel`) that builds what only the plan builds."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for name, pattern, homes in PY_RULES:
+            if rel not in homes and pattern.search(line):
+                found.append(f"{rel}:{number}: {name}: {line.strip()} (read it from the plan: "
+                             f"{', '.join(homes)})")  # fmt: skip
+    return found
+
+
+def test_instance_templates_only_print_the_plan():
+    found = []
+    for name in PLAN_TEMPLATES:
+        path = ROOT / "templates" / name
+        found += plan_problems(path, path.read_text())
+    assert not found, "\n".join(found)
+
+
+def test_only_the_plan_builds_the_server_argv_and_the_paths():
+    found = []
+    for path in sorted([*(ROOT / "toolkit").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]):
+        found += python_problems(path.relative_to(ROOT).as_posix(), path.read_text())
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("vllm-common.j2", "{% set argv = argv + ['--enforce-eager'] %}"),
+        ("vllm-common.j2", "{% set user_args = x + (i.extra_args | default([])) %}"),
+        ("vllm-common.j2", "{% if i.served_model_name is defined %}"),
+        ("vllm-common.j2", "{% set offline = i.offline if i.offline is defined else x %}"),
+        ("vllm-common.j2", "{% set cc = {} | combine(vllm_service_compilation_config) %}"),
+        ("vllm-common.j2", "{% set launch_env = env | warmctl.vllm.vllm_launch_env %}"),
+        ("vllm-instance.service.j2", "ExecStart={{ c.argv + ['--enable-sleep-mode'] }}"),
+        ("vllm-instance.env.j2", "{% for key, value in (i.env | default({})).items() %}"),
+    ],
+)  # fmt: skip
+def test_each_plan_rule_catches_a_copy(name, line):
+    """A line that chooses or builds in an instance's template is caught (the rules can fail)."""
+    assert plan_problems(ROOT / "templates" / name, line)
+
+
+@pytest.mark.parametrize(
+    ("rel", "line"),
+    [
+        ("toolkit/warmctl/render.py", 'sleep="--enable-sleep-mode" in server_argv,'),
+        ("toolkit/warmctl/bench/configs.py",
+         'return [python, "-m", "vllm.entrypoints.cli.main", "serve", site.model, *tail]'),
+        ("toolkit/warmctl/fleet.py", 'f"{venv}/bin/warmctl",'),
+        ("toolkit/warmctl/fleet.py", 'DEFAULT_WARMCTL_VENV = "/opt/warmctl"'),
+        ("toolkit/warmctl/render.py", 'script = f"{venv}/share/warmctl/vllm_launch.py"'),
+    ],
+)  # fmt: skip
+def test_each_python_rule_catches_a_copy(rel, line):
+    assert python_problems(rel, line)
+
+
 def test_no_role_task_or_template_derives_an_instance_fact():
     owners = _owners()
     found = []
@@ -149,6 +267,10 @@ def test_no_role_task_or_template_derives_an_instance_fact():
         ("roles/vllm_service/tasks/drain.yml", "- {{ vllm_install_warmctl_venv | default('') }}"),
         ("roles/vllm_service/tasks/drain.yml",
          "__p: \"{{ (i | first).port | default(vllm_service_port) }}\""),
+        ("roles/vllm_service/tasks/windows.yml",
+         "- \"{{ vllm_install_warmctl_venv }}/bin/warmctl\""),
+        ("templates/vllm-common.j2",
+         "{% set x = [python, vllm_install_warmctl_venv ~ '/share/warmctl/vllm_launch.py'] %}"),
     ],
 )  # fmt: skip
 def test_each_rule_catches_a_copy(rel, line):

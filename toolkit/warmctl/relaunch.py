@@ -127,18 +127,17 @@ def is_launcher(pid: int, proc: Path = Path("/proc")) -> bool:
 
 
 def launcher_files(pid: int, proc: Path = Path("/proc")) -> LauncherFiles:
-    """The script, launch file and state file of launcher `pid`, from its command line."""
+    """The script, launch file and state file of launcher `pid`, from its command line (read by
+    the launcher's own parser; a line it would refuse names no file)."""
     argv = _cmdline(pid, proc)
     script = next((a for a in argv[:3] if a.endswith("vllm_launch.py")), None)
-    found: dict[str, str] = {}
-    i = argv.index(script) + 1 if script else len(argv)
-    while i < len(argv) - 1 and argv[i] != "--":
-        if argv[i] in ("--launch-file", "--state-file"):
-            found[argv[i]] = argv[i + 1]
-            i += 2
-            continue
-        i += 1
-    return LauncherFiles(script, found.get("--launch-file"), found.get("--state-file"))
+    if script is None:
+        return LauncherFiles(None, None, None)
+    try:
+        options = vllm_launch.parse(argv[argv.index(script) + 1 :])
+    except vllm_launch.UsageError:
+        return LauncherFiles(script, None, None)
+    return LauncherFiles(script, options.launch_file, options.state_file)
 
 
 def read_state(path: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any
 
 from warmctl.calendar import calendar_error
 from warmctl.facts import InstanceFacts, duration_seconds, instance_facts
+from warmctl.serverplan import FLAGS
 
 DEVICE_KEY = "vllm_preflight_device_kind"
 INSTANCES = "vllm_service_instances"
@@ -50,9 +51,6 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "vllm_service_port": (1, 65535),
     "vllm_service_instances[].port": (1, 65535),
     "vllm_service_instances[].gpus[]": (0, 1023),
-    "vllm_service_instances[].tensor_parallel_size": (1, None),
-    "vllm_service_instances[].max_num_seqs": (1, None),
-    "vllm_service_instances[].max_model_len": (1, None),
     "vllm_service_cuda_cache_maxsize": (0, None),
     "vllm_service_limit_nofile": (1, None),
     "vllm_service_restart_sec": (0, None),
@@ -71,6 +69,8 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "vllm_verify_throttle": (0, None),
     "vllm_verify_attempts": (1, None),
     "vllm_verify_rejoin_settle_sec": (0, None),
+    # the vLLM flags of an instance (warmctl.serverplan.FLAGS: a new flag is a row there)
+    **{f"{INSTANCES}[].{row.key}": (row.low, None) for row in FLAGS if row.low is not None},
 }
 RANGE_HINTS = {
     "vllm_verify_throttle": "0 (every host at once) or a positive number of hosts",

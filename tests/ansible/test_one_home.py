@@ -70,6 +70,11 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
         "the facts' sleep, gpu and windows[].level",
     ),
     (
+        "instance address",
+        re.compile(r"(127\.0\.0\.1|localhost):\{\{\s*item\.(port|upstream)"),
+        "the plan's target (where the instance's own commands reach vLLM)",
+    ),
+    (
         "launcher path",
         re.compile(r"share/warmctl"),
         "the plan's exec_argv / launcher_script",
@@ -269,6 +274,7 @@ def test_no_role_task_or_template_derives_an_instance_fact():
          "__p: \"{{ (i | first).port | default(vllm_service_port) }}\""),
         ("roles/vllm_service/tasks/windows.yml",
          "- \"{{ vllm_install_warmctl_venv }}/bin/warmctl\""),
+        ("playbooks/warmup.yml", "- \"127.0.0.1:{{ item.port }}\""),
         ("templates/vllm-common.j2",
          "{% set x = [python, vllm_install_warmctl_venv ~ '/share/warmctl/vllm_launch.py'] %}"),
     ],

@@ -128,11 +128,8 @@ def targets_for_host(
             where = f"{name} {INSTANCES_VAR}[{i}]"
             try:  # the clients' port, by the roles' own rule (warmctl.facts)
                 port = _port(instance_facts(inst, hv).port, where)
-            except ValueError:
-                raise WarmctlError(
-                    f"{where}: port {inst.get('port', hv.get(SERVICE_PORT_VAR))!r} is not a number",
-                    kind="input",
-                ) from None
+            except ValueError as exc:  # a value the instance's plan cannot read: which, said
+                raise WarmctlError(f"{where}: {exc}", kind="input") from None
             base = parse_target(address, default_port=port)
             targets.append(base.with_name(f"{name}/{inst.get('name', i)}", settings))
         return targets

@@ -1,7 +1,10 @@
-"""An instance's derived facts, computed once for the templates, the roles' tasks, the preflight
-checks, `warmctl render` and the inventory reader (the Ansible side calls it through the
-collection's `warmctl.vllm.vllm_instance_facts` filter, once per host in vllm_preflight, whose
-`vllm_preflight_instances` every other role and template reads).
+"""An instance's plan: everything derived of it, computed once for the templates, the roles'
+tasks, the preflight checks, `warmctl render` and the inventory reader (the Ansible side calls it
+through the collection's `warmctl.vllm.vllm_instance_facts` filter, once per host in
+vllm_preflight, whose `vllm_preflight_instances` every other role and template reads). Its
+fields are one dataclass, InstanceFacts; what the server runs (argv, environment, the unit's exec
+argv, the launch and env files' content, KV sizing, warmup and relaunch argvs, the launcher's
+path) is warmctl.serverplan's part of it. Every variable it reads is in SETTINGS.
 
     proxied   the instance sits behind the host's nginx (vllm_proxy_enabled true, or auto and
               vLLM dev mode is on); dev mode's routes have no authentication
@@ -45,6 +48,8 @@ collection's `warmctl.vllm.vllm_instance_facts` filter, once per host in vllm_pr
     triggers  the idle sleep and the request wake, shaped like windows (one action each), with
               their path and service units
     files     every file the roles render for the instance: path, template, role, window, action
+    waker     the waker unit runs: wake on request, or the hold across a restart (restart_hold)
+    output_check  a GPU sleep records answers its wake replays (vllm_schedule_output_check)
 """
 
 from __future__ import annotations

@@ -233,9 +233,16 @@ def _service(
     writes_metrics = f.sleep or (f.proxied and action == "sleep")
     if s["vllm_service_textfile_dir"] and writes_metrics:
         paths.append(f"ReadWritePaths=-{s['vllm_service_textfile_dir']}")
+    cause = str(w.get("cause", "window"))
+    asked = f"idle for {f.idle_after} s" if cause == "idle" else "a request came while asleep"
     return {
         "action": action,
         "trigger": trigger,
+        # the Description= of the service, and what its path unit starts it for (a trigger's)
+        "description": f"{action} ({asked}; asked by the waker)"
+        if trigger
+        else f"{action} ({w.get('name')} window)",
+        "purpose": ("idle sleep" if cause == "idle" else "wake on request") if trigger else "",
         "cause": str(w.get("cause", "window")),
         "gate_flags": gate_flags(f, w, action),
         "after": _sleeps(f) if trigger and action == "wake" else [],

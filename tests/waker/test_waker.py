@@ -31,7 +31,7 @@ def test_awake_instance_passes_at_once(start_waker: Callable[..., Waker], gate: 
     conn = UnixHTTPConnection(gate.socket)
     conn.request("POST", "/hold", body=b"x")
     assert conn.getresponse().status == 405
-    # no --socket-group: this user only (test_waker_door.py: nginx's group, the storm)
+    # no socket_group: this user only (test_waker_door.py: nginx's group, the storm)
     assert oct(gate.socket.stat().st_mode & 0o777) == "0o600"
 
 

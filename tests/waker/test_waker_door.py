@@ -1,4 +1,4 @@
-"""Who can reach the waker's sockets: `warmctl waker --socket-group GROUP` (nginx's group) makes
+"""Who can reach the waker's sockets: its configuration's `socket_group` (nginx's group) makes
 both 0660 with that group, so nginx's workers and the service user connect and any other user
 is refused by the kernel (connect: EACCES) before the waker sees anything; without a group they
 are 0600. Another uid is played by a child that drops to `nobody` (the tests run as root)."""

@@ -202,7 +202,7 @@ def _service_argv(
     if action == "sleep" and metrics and w.get("wake") is not None:
         # the window's wake time: an alert tells a wake that did not come
         metrics = [*metrics, "--next-wake", str(w["wake"])]
-    out = {"condition": [], "start": [], "drain": [], "systemctl": []}
+    out: dict[str, list[str]] = {"condition": [], "start": [], "drain": [], "systemctl": []}
     if f.sleep or action == "sleep":
         out["condition"] = [f.warmctl, "window-check", f.unit, "--action", action, "--window",
                             str(w.get("name")), "--systemctl", str(s["vllm_schedule_systemctl"]),
@@ -243,7 +243,7 @@ def _service(
         if trigger
         else f"{action} ({w.get('name')} window)",
         "purpose": ("idle sleep" if cause == "idle" else "wake on request") if trigger else "",
-        "cause": str(w.get("cause", "window")),
+        "cause": cause,
         "gate_flags": gate_flags(f, w, action),
         "after": _sleeps(f) if trigger and action == "wake" else [],
         **argv,
@@ -261,7 +261,7 @@ def _on(s: Mapping[str, Any]) -> bool:
 
 
 def waker_config(f: InstanceFacts, s: Mapping[str, Any]) -> dict[str, Any]:
-    """What `warmctl waker --config FILE` reads (warmctl.waker.service.load_config)."""
+    """What `warmctl waker --config FILE` reads (warmctl.waker.config.load_config)."""
     check = f.sleep and _truthy(s["vllm_schedule_output_check"])
     return {
         "name": f.name,
@@ -323,6 +323,8 @@ def unit_plan(
         "waker": _waker(f, s, f.waker_config) if f.waker_unit else {},
         "reconcile": {
             "after": after if f.windows else [],
+            # outside every window: awake, by a wake service (any window's wakes it; the first's)
+            "awake_service": f.windows[0]["units"]["wake"]["service"] if f.windows else "",
             "hardening": hardening("reconcile", [], ["PrivateDevices=yes"]) if _on(s) else [],
         },
     }

@@ -51,10 +51,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from warmctl.roles import role_defaults
+from warmctl.unitplan import unit_plan
 
 # The variables the facts depend on (unset: the roles' defaults); the one list of them.
 SETTINGS = (
@@ -130,8 +131,11 @@ class InstanceFacts:
     activity_socket: str
     outputs: str
     waker_unit: str  # "" without wake on request and idle sleep
+    waker_config: str  # what the waker reads (`warmctl waker --config`; "" without a waker)
     triggers: tuple[dict[str, Any], ...]
     files: tuple[dict[str, Any], ...]
+    # the units' sandbox, commands and gate flags, the waker's configuration (warmctl.unitplan)
+    units: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -265,6 +269,7 @@ def _files(
     if paths["waker_unit"]:
         files.append(_entry(f"{unit_dir}/{paths['waker_unit']}", "vllm-waker.service.j2",
                             "vllm_schedule", name))  # fmt: skip
+        files.append(_entry(paths["waker_config"], "vllm-waker.json.j2", "vllm_schedule", name))
     if windows:
         files.append(_entry(paths["window_script"], "vllm-reconcile.sh.j2", "vllm_schedule", name))
         files.append(_entry(f"{unit_dir}/{paths['window_unit']}", "vllm-reconcile.service.j2",
@@ -339,7 +344,8 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "window_script": f"{config_dir}/{name}-window.sh" if window_facts else "",
         "waker_unit": f"vllm-{name}-waker.service" if wake_on_request or restart_hold else "",
     }
-    return InstanceFacts(
+    paths["waker_config"] = f"{config_dir}/{name}.waker.json" if paths["waker_unit"] else ""
+    facts = InstanceFacts(
         name=name,
         gpu=gpu,
         sleep_requested=sleep_requested,
@@ -374,6 +380,7 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         triggers=tuple(triggers),
         files=_files(name, paths, unit_dir, window_facts, triggers),
     )
+    return replace(facts, units=unit_plan(facts, instance, variables))
 
 
 def inventory_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) -> InstanceFacts:

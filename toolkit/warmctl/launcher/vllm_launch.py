@@ -1255,15 +1255,22 @@ class Supervisor:
         self.answered()
         self.write_state("relaunched")
 
-    def server_exited(self) -> int | None:
-        """The server's exit code once it has ended by itself (its group stopped), else None."""
+    def child_exited(self) -> int | None:
+        """A SIGCHLD: the server's exit code when it has ended by itself (its group stopped,
+        the standby discarded, said), else None (a standby that ended after its imports is
+        replaced)."""
         status = self.children.exited(self.pid)
         if status is None:
+            standby = self.standby
+            if standby is not None and standby.ready and not standby.alive():
+                self.replace_dead_standby(standby)
             return None
         code = status_code(status)
         if group_alive(self.pid):
             self.children.stop(self.pid, self.opts.stop_timeout)
         self.children.forget(self.pid)
+        self.discard_standby(wait=5)
+        say(f"server exited with status {code}")
         return code
 
     def stop_server(self) -> None:
@@ -1313,14 +1320,9 @@ def supervise(sup: Supervisor) -> int:
             continue
         sig = info.si_signo
         if sig == signal.SIGCHLD:
-            code = sup.server_exited()
+            code = sup.child_exited()
             if code is not None:  # the server ended by itself: so does the launcher
-                sup.discard_standby(wait=5)
-                say(f"server exited with status {code}")
                 return code
-            standby = sup.standby
-            if standby is not None and standby.ready and not standby.alive():
-                sup.replace_dead_standby(standby)
             continue
         if sig == signal.SIGUSR1:
             sup.check_asked()

@@ -91,10 +91,9 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
     ),
 ]
 # the templates of an instance's unit, env and launch files, and the names they share: they print
-# the plan's fields (the sandbox block of the unit is its own list, not read here)
+# the plan's fields
 PLAN_TEMPLATES = ("vllm-common.j2", "vllm-instance.service.j2", "vllm-instance.env.j2",
                   "vllm-instance.launch.j2")  # fmt: skip
-SANDBOX = ("{% if vllm_service_hardening %}", "[Install]")  # first line, the line after it
 PLAN_RULES: list[tuple[str, re.Pattern[str], str]] = [
     ("list built", re.compile(r"\{%-?\s*set\s+\w+\s*=[^%]*\+"), "a plan field (serverplan)"),
     ("default", re.compile(r"\|\s*default\("), "the plan (it has every default)"),
@@ -172,10 +171,9 @@ def plan_problems(path: Path, text: str) -> list[str]:
     """Every line of an instance's template (PLAN_TEMPLATES) that does more than print the plan."""
     if path.name not in PLAN_TEMPLATES:
         return []
-    found, sandbox = [], False
+    found = []
     for number, line in enumerate(text.splitlines(), 1):
-        sandbox = (sandbox or line.strip() == SANDBOX[0]) and line.strip() != SANDBOX[1]
-        for name, pattern, instead in PLAN_RULES if not sandbox else ():
+        for name, pattern, instead in PLAN_RULES:
             if pattern.search(line):
                 found.append(f"templates/{path.name}:{number}: {name}: {line.strip()} "
                              f"(print {instead})")  # fmt: skip

@@ -15,14 +15,14 @@ from warmctl.errors import WarmctlError
 # the run's phases are fixed durations (the bench's design): long enough against 0.1 s streams
 # that a loaded machine still has streams in flight at the sleep and completes one after the
 # wake (tail: a refused client's retry pause plus a stream, several times over)
-FAST = {"clients": 6, "max_tokens": 10, "lead_s": 0.8, "asleep_s": 0.3, "tail_s": 1.2}
+FAST = loadsleep.Load(clients=6, max_tokens=10, lead_s=0.8, asleep_s=0.3, tail_s=1.2)
 
 
 @pytest.mark.parametrize("level", [1, 2])
 def test_nothing_cut_every_request_counted(vllm_double: VllmDouble, tmp_path: Path, level) -> None:
     vllm_double.config.token_delay = 0.01  # each stream lives ~0.1 s: the sleep finds them
     api = Api(vllm_double.url, "double-model")
-    res = loadsleep.run(api, tmp_path / "g.closed", tmp_path / "o.json", level=level, **FAST)
+    res = loadsleep.run(api, tmp_path / "g.closed", tmp_path / "o.json", level=level, load=FAST)
     c = res.counts
     assert c.cut == 0 and c.engine_errors == 0, c.errors
     assert c.started == c.completed > 0 and c.refused > 0
@@ -51,7 +51,7 @@ def test_a_bare_sleep_under_load_is_counted_as_cut(
         return SleepReport(target="x", level=level)
 
     monkeypatch.setattr(loadsleep.sleepwake, "sleep", bare_sleep)
-    res = loadsleep.run(api, tmp_path / "g.closed", tmp_path / "o.json", **FAST)
+    res = loadsleep.run(api, tmp_path / "g.closed", tmp_path / "o.json", load=FAST)
     assert res.counts.cut > 0 and not res.clean
     assert res.output_check and res.output_check["status"] == "not_recorded"
 
@@ -69,5 +69,5 @@ def test_a_wake_that_answers_differently_fails_the_run(
 
     monkeypatch.setattr(loadsleep.sleepwake, "sleep", sleep_then_corrupt)
     with pytest.raises(WarmctlError, match="answers differently"):
-        loadsleep.run(api, tmp_path / "g.closed", tmp_path / "o.json", **FAST)
+        loadsleep.run(api, tmp_path / "g.closed", tmp_path / "o.json", load=FAST)
     assert (tmp_path / "g.closed").exists()  # the gate stayed closed

@@ -367,21 +367,30 @@ def test_3_windows_sleep_and_wake_the_real_engine() -> None:
     save()
 
 
-def single_host_load(label: str, action: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
-    """16 streaming clients through the single host's proxy (no load balancer) across `action`:
-    a relaunch or a reload holds new requests and lets in-flight ones finish (none fails)."""
+def load_across(
+    address: str, label: str, action: Callable[[], Any], watch: Any = None
+) -> tuple[Any, dict[str, Any]]:
+    """16 streaming clients through `address` across `action` (what it returned, and the row of
+    counts): a relaunch or a reload holds new requests and lets in-flight ones finish, a load
+    balancer takes a host out of rotation first; none fails. `watch` (a started RotationWatch)
+    adds how long each host was out of rotation."""
     from tests.hardening.fleet_load import StreamLoad
 
-    load = StreamLoad(f"127.0.0.1:{PORT}", "m", clients=CLIENTS, max_tokens=TOKENS, limit_s=540,
+    load = StreamLoad(address, "m", clients=CLIENTS, max_tokens=TOKENS, limit_s=540,
                       pause_s=PAUSE_S).start()  # fmt: skip
     result: Any = None
     try:
         time.sleep(SETTLE_S)
+        t0 = time.monotonic()
         result = action()
+        took = time.monotonic() - t0
         time.sleep(SETTLE_S)
     finally:
         counts = load.stop()
+        if watch is not None:
+            watch.stop()
     row = {
+        "took_s": round(took, 1),
         "started": counts.started,
         "completed": counts.completed,
         "failed": counts.failed,
@@ -390,9 +399,20 @@ def single_host_load(label: str, action: Callable[[], Any]) -> tuple[Any, dict[s
         "rate": counts.rate(),
         "errors": dict(counts.errors),
     }
+    line = f"{label}: {counts.line()}; {counts.rate()}"
+    if watch is not None:
+        row["out_of_rotation_s"] = {k: round(v, 1) for k, v in watch.out_s.items()}
+        row["all_out_at_once_s"] = round(watch.all_out_s, 1)
+        line += f"; {watch.line()}"
+    print(line)
+    return result, row
+
+
+def single_host_load(label: str, action: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+    """The single host's proxy (no load balancer) under load across `action`."""
+    result, row = load_across(f"127.0.0.1:{PORT}", label, action)
     FIGURES.setdefault("single_host_load", {})[label] = row
     save()
-    print(f"{label}: {counts.line()}; {counts.rate()}")
     return result, row
 
 
@@ -611,36 +631,13 @@ def balanced() -> Any:
 
 
 def under_load(address: str, label: str, action: Callable[[], Any]) -> dict[str, Any]:
-    from tests.hardening.fleet_load import RotationWatch, StreamLoad
+    """The load balancer's door under load across `action`, each host's rotation watched."""
+    from tests.hardening.fleet_load import RotationWatch
 
     urls = {name: f"http://127.0.0.1:{PORT + i}/health" for i, name in enumerate(list(HOSTS)[:2])}
-    watch = RotationWatch(urls).start()
-    load = StreamLoad(address, "m", clients=CLIENTS, max_tokens=TOKENS, limit_s=540,
-                      pause_s=PAUSE_S).start()  # fmt: skip
-    try:
-        time.sleep(SETTLE_S)
-        t0 = time.monotonic()
-        action()
-        took = time.monotonic() - t0
-        time.sleep(SETTLE_S)
-    finally:
-        counts = load.stop()
-        watch.stop()
-    row = {
-        "took_s": round(took, 1),
-        "started": counts.started,
-        "completed": counts.completed,
-        "failed": counts.failed,
-        "cut": counts.cut,
-        "longest_wait_s": round(counts.longest_wait_s, 2),
-        "rate": counts.rate(),
-        "out_of_rotation_s": {k: round(v, 1) for k, v in watch.out_s.items()},
-        "all_out_at_once_s": round(watch.all_out_s, 1),
-        "errors": dict(counts.errors),
-    }
+    _, row = load_across(address, label, action, RotationWatch(urls).start())
     FIGURES["lb"]["runs"][label] = row
     save()
-    print(f"{label}: {counts.line()}; {counts.rate()}; {watch.line()}")
     return row
 
 

@@ -81,25 +81,46 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self.unix_path)
 
 
-def waker_argv(files: GateFiles, target: str, **options: Any) -> list[str]:
-    argv = [
-        WARMCTL, "waker", "--target", target, "--socket", str(files.socket),
-        "--wakeable", str(files.wakeable), "--closed", str(files.closed),
-        "--warming", str(files.warming), "--draining", str(files.draining),
-        "--wake-request", str(files.wake_request), "--instance", files.name,
-    ]  # fmt: skip
+def waker_config(files: GateFiles, target: str, **options: Any) -> dict[str, Any]:
+    """The waker's configuration (the JSON file `warmctl waker --config` reads) of `files`."""
+    config: dict[str, Any] = {
+        "name": files.name,
+        "target": target,
+        "socket": str(files.socket),
+        "flags": {
+            "wakeable": str(files.wakeable),
+            "closed": str(files.closed),
+            "warming": str(files.warming),
+            "draining": str(files.draining),
+            "wake_request": str(files.wake_request),
+        },
+    }
     if options.get("idle_after"):
-        argv += ["--idle-after", str(options["idle_after"]), "--activity-socket",
-                 str(files.activity), "--sleep-request", str(files.sleep_request)]  # fmt: skip
+        config["idle_after"] = options["idle_after"]
+        config["activity_socket"] = str(files.activity)
+        config["flags"]["sleep_request"] = str(files.sleep_request)
     if options.get("wake_here"):
-        argv += ["--wake-here"]
+        config["wake_here"] = True
     if options.get("holding"):
-        argv += ["--holding", str(files.holding)]
+        config["flags"]["holding"] = str(files.holding)
     for key in ("hold", "failed_backoff", "textfile_dir", "output_check", "socket_group",
                 "max_connections"):  # fmt: skip
         if options.get(key) is not None:
-            argv += [f"--{key.replace('_', '-')}", str(options[key])]
-    return argv
+            value = options[key]
+            config[key] = str(value) if isinstance(value, Path) else value
+    return config
+
+
+def write_config(config: dict[str, Any], path: Path) -> Path:
+    path.write_text(json.dumps(config))
+    return path
+
+
+def waker_argv(files: GateFiles, target: str, **options: Any) -> list[str]:
+    """`warmctl waker --config FILE`, its file written beside the gate folder."""
+    path = files.dir.parent / f"{files.name}.waker.json"
+    write_config(waker_config(files, target, **options), path)
+    return [WARMCTL, "waker", "--config", str(path)]
 
 
 class Waker:

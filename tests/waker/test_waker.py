@@ -5,6 +5,7 @@ access log's datagrams). Every wait is for an event (the waker's /state, a file)
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import threading
@@ -30,7 +31,7 @@ def test_awake_instance_passes_at_once(start_waker: Callable[..., Waker], gate: 
     conn = UnixHTTPConnection(gate.socket)
     conn.request("POST", "/hold", body=b"x")
     assert conn.getresponse().status == 405
-    # no --socket-group: this user only (test_waker_door.py: nginx's group, the storm)
+    # no socket_group: this user only (test_waker_door.py: nginx's group, the storm)
     assert oct(gate.socket.stat().st_mode & 0o777) == "0o600"
 
 
@@ -308,10 +309,16 @@ def test_load_unknown_no_sleep_one_line(
 
 
 def test_bad_options_change_nothing(run, gate: GateFiles, tmp_path: Path) -> None:
-    from tests.waker.support import waker_argv
+    from tests.waker.support import waker_argv, waker_config, write_config
 
     def argv(files: GateFiles = gate, **options: object) -> list[str]:
         return waker_argv(files, "127.0.0.1:8000", **options)[1:]
+
+    def config(**changes: object) -> list[str]:
+        path = write_config(
+            {**waker_config(gate, "127.0.0.1:8000"), **changes}, tmp_path / "c.json"
+        )
+        return ["waker", "--config", str(path)]
 
     missing = GateFiles(tmp_path / "nope")
     result = run(*argv(missing))
@@ -320,12 +327,51 @@ def test_bad_options_change_nothing(run, gate: GateFiles, tmp_path: Path) -> Non
     result = run(*argv())
     assert result.exit_code == 2 and "is not a socket" in result.stderr
     gate.socket.unlink()
-    result = run(*argv(), "--idle-after", "5")  # no activity socket, no sleep request
-    assert result.exit_code == 2 and "--idle-after needs" in result.stderr
-    result = run(*argv(), "--target", "https://x:1/prefix")
-    assert result.exit_code == 2
+    result = run(*config(idle_after=5))  # no activity socket, no sleep request
+    assert result.exit_code == 2 and "idle_after needs" in result.stderr
+    result = run(*config(target="https://x:1/prefix"))
+    assert result.exit_code == 2 and "HOST:PORT" in result.stderr
     assert sorted(os.listdir(gate.dir)) == []  # nothing bound or written
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("{not json", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"name": "tiny"}', "target: missing"),
+        ("HOLD", "hold: a string where a number goes"),
+        ("TYPO", "idle_afer: not a key"),
+        ("FLAG", "flags.wakeable: missing"),
+        ("CHECK", "output_check goes with wake_here"),
+        ("GONE", "cannot read it"),
+    ],
+)
+def test_a_bad_config_file_is_one_line_and_nothing_bound(
+    run, gate: GateFiles, tmp_path: Path, text: str, why: str
+) -> None:
+    """`warmctl waker --config FILE` with a file that is not the waker's configuration: one
+    line that says what is wrong, exit 2, nothing bound or written."""
+    from tests.waker.support import waker_config
+
+    good = waker_config(gate, "127.0.0.1:8000")
+    changed = {
+        "HOLD": {**good, "hold": "60"},
+        "TYPO": {**good, "idle_afer": 5},
+        "FLAG": {**good, "flags": {k: v for k, v in good["flags"].items() if k != "wakeable"}},
+        "CHECK": {**good, "output_check": str(tmp_path / "outputs.json")},
+    }
+    path = tmp_path / "waker.json"
+    if text in changed:
+        path.write_text(json.dumps(changed[text]))
+    elif text != "GONE":
+        path.write_text(text)
+    result = run("waker", "--config", str(path))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and why in result.stderr, result.stderr
+    assert f"--config {path}" in result.stderr and "Traceback" not in result.output
+    assert sorted(os.listdir(gate.dir)) == []
 
 
 def test_a_second_waker_for_the_same_instance_is_refused(

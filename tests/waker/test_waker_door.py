@@ -1,4 +1,4 @@
-"""Who can reach the waker's sockets: `warmctl waker --socket-group GROUP` (nginx's group) makes
+"""Who can reach the waker's sockets: its configuration's `socket_group` (nginx's group) makes
 both 0660 with that group, so nginx's workers and the service user connect and any other user
 is refused by the kernel (connect: EACCES) before the waker sees anything; without a group they
 are 0600. Another uid is played by a child that drops to `nobody` (the tests run as root)."""
@@ -6,6 +6,7 @@ are 0600. Another uid is played by a child that drops to `nobody` (the tests run
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import socket
@@ -131,14 +132,15 @@ def test_a_group_the_waker_is_not_in_is_one_line_and_nothing_bound(
         result = CliRunner().invoke(cli, argv, catch_exceptions=False)
         lines = result.stderr.strip().splitlines()
         assert result.exit_code == 2, result.output
-        assert len(lines) == 1 and f"--socket-group {group}" in lines[0] and why in lines[0]
+        assert len(lines) == 1 and f"socket_group {group}" in lines[0] and why in lines[0]
         assert not open_gate.socket.exists()
 
 
 @pytest.mark.parametrize("device", ["gpu", "cpu"])
 def test_the_unit_gives_its_sockets_nginx_group_and_descriptors_for_its_bound(device: str) -> None:
-    """The rendered waker unit: nginx's group as a supplementary group and --socket-group, chown
-    back in its system call filter, and a descriptor limit that holds --max-connections."""
+    """The rendered waker unit and its configuration: nginx's group as a supplementary group and
+    the sockets' group, chown back in its system call filter, and a descriptor limit that holds
+    the door's bound (max_connections)."""
     from warmctl.render import render_instance
     from warmctl.unitfile import systemd_split, unit_values
     from warmctl.waker.service import FD_RESERVE
@@ -149,9 +151,10 @@ def test_the_unit_gives_its_sockets_nginx_group_and_descriptors_for_its_bound(de
     files = render_instance(instance, host).files
     unit = files["/etc/systemd/system/vllm-tiny-waker.service"]
     [start] = unit_values(unit, "Service", "ExecStart")
-    argv = systemd_split(start)
-    bound = int(argv[argv.index("--max-connections") + 1])
-    assert argv[argv.index("--socket-group") + 1] == "nginx-workers"
+    assert systemd_split(start)[1:] == ["waker", "--config", "/etc/vllm/tiny.waker.json"]
+    config = json.loads(files["/etc/vllm/tiny.waker.json"])
+    bound = config["max_connections"]
+    assert config["socket_group"] == "nginx-workers"
     assert unit_values(unit, "Service", "SupplementaryGroups") == ["nginx-workers"]
     [limit] = unit_values(unit, "Service", "LimitNOFILE")
     assert int(limit) >= bound + FD_RESERVE, (limit, bound)

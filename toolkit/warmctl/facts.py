@@ -56,11 +56,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from warmctl.roles import role_defaults, truthy
 from warmctl.serverplan import Core, server_plan
+from warmctl.unitplan import unit_plan
 
 # The variables the facts depend on (unset: the roles' defaults); the one list of them.
 SETTINGS = (
@@ -153,6 +154,7 @@ class InstanceFacts:
     activity_socket: str
     outputs: str
     waker_unit: str  # "" without wake on request and idle sleep
+    waker_config: str  # what the waker reads (`warmctl waker --config`; "" without a waker)
     triggers: tuple[dict[str, Any], ...]
     files: tuple[dict[str, Any], ...]
     waker: bool  # the waker runs: wake on request, or the hold across a restart
@@ -173,6 +175,8 @@ class InstanceFacts:
     textfile_dir: str  # the Prometheus textfile folder ("": off)
     textfile_args: tuple[str, ...]  # its options of warmctl's commands
     cache_dir: str  # the compile and model caches (vllm_install_cache_dir)
+    # the units' sandbox, commands and gate flags, the waker's configuration (warmctl.unitplan)
+    units: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -307,6 +311,7 @@ def _files(
     if paths["waker_unit"]:
         files.append(_entry(f"{unit_dir}/{paths['waker_unit']}", "vllm-waker.service.j2",
                             "vllm_schedule", name))  # fmt: skip
+        files.append(_entry(paths["waker_config"], "vllm-waker.json.j2", "vllm_schedule", name))
     if windows:
         files.append(_entry(paths["window_script"], "vllm-reconcile.sh.j2", "vllm_schedule", name))
         files.append(_entry(f"{unit_dir}/{paths['window_unit']}", "vllm-reconcile.service.j2",
@@ -424,6 +429,7 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "window_script": f"{config_dir}/{name}-window.sh" if window_facts else "",
         "waker_unit": f"vllm-{name}-waker.service" if wake_on_request or restart_hold else "",
     }
+    paths["waker_config"] = f"{config_dir}/{name}.waker.json" if paths["waker_unit"] else ""
     facts: dict[str, Any] = {
         "name": name,
         "gpu": gpu,
@@ -457,7 +463,8 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "waker": wake_on_request or restart_hold,
         "output_check": truthy(s["vllm_schedule_output_check"]),
     }
-    return InstanceFacts(**facts, **_server(instance, s, facts))
+    plan = InstanceFacts(**facts, **_server(instance, s, facts))
+    return replace(plan, units=unit_plan(plan, instance, variables))
 
 
 def inventory_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) -> InstanceFacts:

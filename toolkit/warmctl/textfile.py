@@ -258,48 +258,15 @@ def update(
     folder = Path(directory)
     path = folder / file_name(instance.name)
     stamp = time.time() if now is None else now
-    try:
-        # root (the deploy's verify, window-check) writes here, in a folder the service user's
-        # group may write: nothing is followed, created through a link or read unbounded
-        # (warmctl.safefs)
-        dir_fd = safefs.open_folder(folder)
-    except (FileNotFoundError, NotADirectoryError):
-        raise WarmctlError(
-            f"--textfile-dir {str(folder)!r} is not a directory", kind="input"
-        ) from None
-    except OSError as err:
-        raise WarmctlError(
-            f"--textfile-dir {str(folder)!r}: {err.strerror or err}", kind="input"
-        ) from None
+    dir_fd = _open_folder(folder)
     try:
         # read-only is enough for flock: a lock file another user created (root's verify,
         # the vllm user's timers, both in the directory's group) still locks
         fd = safefs.open_lock(dir_fd, f".{path.stem}.lock", 0o664)
         with os.fdopen(fd) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            kept = {
-                k: v
-                for k, v in _read_samples(dir_fd, path.name).items()
-                if dict(k[1]).get("vllm_instance") == instance.name
-                and METRICS[k[0]].owner != command
-            }
-            # one model per instance: the newest one told (a sleep does not tell: keep it)
-            model = instance.model or next((dict(k[1]).get("model", "") for k in kept), "")
-            base = {**instance.labels, "model": model}
-            samples = {_key(n, {**dict(lbl), "model": model}): v for (n, lbl), v in kept.items()}
-            for name, value in values.items():
-                if value is None:
-                    continue
-                spec = METRICS[name]
-                if isinstance(value, Mapping):
-                    for label_values, v in value.items():
-                        vals = label_values if isinstance(label_values, tuple) else (label_values,)
-                        extra = dict(zip(spec.labels, vals, strict=True))
-                        key = _key(name, {**base, **extra})
-                        added = samples.get(key, 0.0) if spec.kind == "counter" else 0.0
-                        samples[key] = added + float(v)
-                else:
-                    samples[_key(name, base)] = float(value)
+            samples, base = _kept(dir_fd, path.name, instance, command)
+            _add_values(samples, base, values)
             if state is not None:
                 for s in STATES:
                     samples[_key("warmctl_state", {**base, "state": s})] = float(s == state)
@@ -321,6 +288,59 @@ def update(
     finally:
         os.close(dir_fd)
     return path
+
+
+def _open_folder(folder: Path) -> int:
+    """The textfile folder, opened: root (the deploy's verify, window-check) writes here, in a
+    folder the service user's group may write: nothing is followed, created through a link or
+    read unbounded (warmctl.safefs)."""
+    try:
+        return safefs.open_folder(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        raise WarmctlError(
+            f"--textfile-dir {str(folder)!r} is not a directory", kind="input"
+        ) from None
+    except OSError as err:
+        raise WarmctlError(
+            f"--textfile-dir {str(folder)!r}: {err.strerror or err}", kind="input"
+        ) from None
+
+
+def _kept(
+    dir_fd: int, name: str, instance: Instance, command: str
+) -> tuple[dict[Key, float], dict[str, str]]:
+    """The file's samples of `instance` that `command` does not own, and the labels of the
+    instance's samples (the model: the newest one told; a sleep does not tell, keep it)."""
+    kept = {
+        k: v
+        for k, v in _read_samples(dir_fd, name).items()
+        if dict(k[1]).get("vllm_instance") == instance.name and METRICS[k[0]].owner != command
+    }
+    model = instance.model or next((dict(k[1]).get("model", "") for k in kept), "")
+    base = {**instance.labels, "model": model}
+    samples = {_key(n, {**dict(lbl), "model": model}): v for (n, lbl), v in kept.items()}
+    return samples, base
+
+
+def _add_values(
+    samples: dict[Key, float],
+    base: dict[str, str],
+    values: Mapping[str, float | Mapping[str, float] | None],
+) -> None:
+    """`values` (see update) into `samples`: a counter's added to what is there."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        spec = METRICS[name]
+        if isinstance(value, Mapping):
+            for label_values, v in value.items():
+                vals = label_values if isinstance(label_values, tuple) else (label_values,)
+                extra = dict(zip(spec.labels, vals, strict=True))
+                key = _key(name, {**base, **extra})
+                added = samples.get(key, 0.0) if spec.kind == "counter" else 0.0
+                samples[key] = added + float(v)
+        else:
+            samples[_key(name, base)] = float(value)
 
 
 def results_onehot(result: str) -> dict[str, float]:

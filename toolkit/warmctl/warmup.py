@@ -34,6 +34,7 @@ class Phase:
     tokens: int = 0
     ttfts_s: list[float] = field(default_factory=list)
     note: str = ""
+    began: float = field(default_factory=time.monotonic, repr=False, compare=False)
 
     def add(self, result: StreamResult) -> None:
         self.requests += 1
@@ -228,13 +229,44 @@ def warmup(
     """
     report = WarmupReport(target=client.target.label, mode="light" if light else "full")
     started = time.monotonic()
-    lock = threading.Lock()
+    steps = _Steps(client, report, max_tokens, progress)
+    phase = Phase("ready")  # 1. /v1/models answers with a model
+    chosen = steps.wait_ready(model, ready_timeout, main_pid, wait_start)
+    steps.choose_batch_sizes(light, batch_sizes, max_batch)
+    steps.end(phase, note=f"model {report.model}")
+    prompt_set = steps.prompt_set(prompts, light)
+    steps.each_prompt(prompt_set, skip=light and completions_warm)  # 2.
+    steps.ramp(prompt_set)  # 3.
+    steps.chat_route(prompt_set, chat, chosen)  # 4.
+    report.total_s = time.monotonic() - started
+    return report
 
-    def make_tick(name: str, total: int) -> Callable[[], None]:
+
+class _Steps:
+    """The steps of one warmup of `client`'s server, in order: each adds what it learns or
+    measures to `report` (its phase, timed)."""
+
+    def __init__(
+        self, client: Client, report: WarmupReport, max_tokens: int, progress: Progress | None
+    ) -> None:
+        self.client, self.report, self.max_tokens = client, report, max_tokens
+        self.progress = progress
+        self._lock = threading.Lock()
+
+    def end(self, phase: Phase, note: str | None = None) -> None:
+        """`phase` done: its time since it began, into the report."""
+        phase.seconds = time.monotonic() - phase.began
+        if note is not None:
+            phase.note = note
+        self.report.phases.append(phase)
+
+    def tick(self, name: str, total: int) -> Callable[[], None]:
+        """One more of `total` requests of phase `name` done (told to `progress`, if any)."""
         done = [0]
+        progress = self.progress
 
         def tick() -> None:
-            with lock:
+            with self._lock:
                 done[0] += 1
                 count = done[0]
             if progress:
@@ -244,87 +276,115 @@ def warmup(
             progress(name, 0, total)
         return tick
 
-    # 1. ready: /v1/models answers with a model
-    phase = Phase("ready")
-    t0 = time.monotonic()
-    alive = (lambda: pid_alive(main_pid)) if main_pid else None
-    models = client.wait_ready(
-        timeout=ready_timeout,
-        alive=alive,
-        wait_start=wait_start,
-        on_wait=getattr(progress, "say", None),
-    )
-    chosen = next((m for m in models if m["id"] == model), None) if model else models[0]
-    if chosen is None:
-        names = ", ".join(m["id"] for m in models)
-        raise WarmctlError(f"{client.target.label}: model {model!r} not served (serves: {names})")
-    report.model = str(chosen["id"])
-    _refuse_if_asleep(client)
-    mml = chosen.get("max_model_len")
-    report.max_model_len = mml if isinstance(mml, int) else None
-    if light:
-        report.batch_sizes, report.batch_sizes_source = [], "light: no ramp"
-    else:
-        server_sizes, max_num_seqs = _server_facts(client)
+    def wait_ready(
+        self, model: str | None, ready_timeout: float, main_pid: int | None, wait_start: bool
+    ) -> dict[str, Any]:
+        """The server's model once /v1/models answers (`model`, else its first), awake."""
+        client, report = self.client, self.report
+        alive = (lambda: pid_alive(main_pid)) if main_pid else None
+        models = client.wait_ready(
+            timeout=ready_timeout,
+            alive=alive,
+            wait_start=wait_start,
+            on_wait=getattr(self.progress, "say", None),
+        )
+        chosen = next((m for m in models if m["id"] == model), None) if model else models[0]
+        if chosen is None:
+            names = ", ".join(m["id"] for m in models)
+            raise WarmctlError(
+                f"{client.target.label}: model {model!r} not served (serves: {names})"
+            )
+        report.model = str(chosen["id"])
+        _refuse_if_asleep(client)
+        mml = chosen.get("max_model_len")
+        report.max_model_len = mml if isinstance(mml, int) else None
+        return chosen
+
+    def choose_batch_sizes(
+        self, light: bool, batch_sizes: Sequence[int] | None, max_batch: int
+    ) -> None:
+        report = self.report
+        if light:
+            report.batch_sizes, report.batch_sizes_source = [], "light: no ramp"
+            return
+        server_sizes, max_num_seqs = _server_facts(self.client)
         report.batch_sizes, report.batch_sizes_source = choose_batch_sizes(
             batch_sizes, server_sizes, max_num_seqs, max_batch
         )
-    phase.seconds = time.monotonic() - t0
-    phase.note = f"model {report.model}"
-    report.phases.append(phase)
 
-    prompt_set = prompts or resolve_prompts(
-        max_model_len=report.max_model_len, max_tokens=max_tokens
-    )
-    if prompt_set.sized:
-        prompt_set = fit_sized(client, report.model, prompt_set, report.max_model_len, max_tokens)
-    if light:
-        prompt_set = PromptSet(prompt_set.prompts[:1], prompt_set.source)
-    report.prompt_source, report.prompts = prompt_set.source, len(prompt_set.prompts)
+    def prompt_set(self, prompts: PromptSet | None, light: bool) -> PromptSet:
+        """The prompts given, else resolved and sized to the model (one when `light`)."""
+        report = self.report
+        prompt_set = prompts or resolve_prompts(
+            max_model_len=report.max_model_len, max_tokens=self.max_tokens
+        )
+        if prompt_set.sized:
+            prompt_set = fit_sized(
+                self.client, report.model, prompt_set, report.max_model_len, self.max_tokens
+            )
+        if light:
+            prompt_set = PromptSet(prompt_set.prompts[:1], prompt_set.source)
+        report.prompt_source, report.prompts = prompt_set.source, len(prompt_set.prompts)
+        return prompt_set
 
-    # 2. each prompt once, one at a time (first compile of each prefill shape)
-    phase = Phase("prompts")
-    t0 = time.monotonic()
-    if light and completions_warm:
-        phase.note = "skipped: the completions route has just answered (output check)"
-    else:
-        tick = make_tick("prompts", len(prompt_set.prompts))
-        for prompt in prompt_set.prompts:
-            phase.add(stream_completion(client, report.model, prompt, max_tokens=max_tokens))
-            tick()
-    phase.seconds = time.monotonic() - t0
-    report.phases.append(phase)
+    def each_prompt(self, prompt_set: PromptSet, skip: bool) -> None:
+        """Each prompt once, one at a time (first compile of each prefill shape)."""
+        phase = Phase("prompts")
+        if skip:
+            phase.note = "skipped: the completions route has just answered (output check)"
+        else:
+            tick = self.tick("prompts", len(prompt_set.prompts))
+            for prompt in prompt_set.prompts:
+                phase.add(
+                    stream_completion(
+                        self.client, self.report.model, prompt, max_tokens=self.max_tokens
+                    )
+                )
+                tick()
+        self.end(phase)
 
-    # 3. concurrency ramp over the batch sizes
-    if report.batch_sizes:
-        phase = Phase("ramp", note="batch sizes " + ",".join(map(str, report.batch_sizes)))
-        t0 = time.monotonic()
-        tick = make_tick("ramp", sum(report.batch_sizes))
-        for size in report.batch_sizes:
+    def ramp(self, prompt_set: PromptSet) -> None:
+        """A concurrency ramp over the batch sizes (none: no phase)."""
+        sizes = self.report.batch_sizes
+        if not sizes:
+            return
+        phase = Phase("ramp", note="batch sizes " + ",".join(map(str, sizes)))
+        tick = self.tick("ramp", sum(sizes))
+        for size in sizes:
             for result in _burst(
-                client, report.model, prompt_set.prompts, size, max_tokens, False, tick, "warm"
+                self.client,
+                self.report.model,
+                prompt_set.prompts,
+                size,
+                self.max_tokens,
+                False,
+                tick,
+                "warm",
             ):
                 phase.add(result)
-        phase.seconds = time.monotonic() - t0
-        report.phases.append(phase)
+        self.end(phase)
 
-    # 4. chat route (its own template rendering and detokenizer paths). Asked only when the
-    # model may have a chat template: vLLM logs a refused chat request as an ERROR line.
-    if chat is None and is_loopback(client.target.host):
-        has_template, where = chat_template(str(chosen.get("root") or report.model))
-        if has_template is False:
-            chat = False
-            report.chat = False
-            report.chat_note = f"skipped: the model has no chat template ({where})"
-    if chat is not False:
+    def chat_route(self, prompt_set: PromptSet, chat: bool | None, chosen: dict[str, Any]) -> None:
+        """The chat route (its own template rendering and detokenizer paths). Asked only when
+        the model may have a chat template: vLLM logs a refused chat request as an ERROR
+        line."""
+        report = self.report
+        if chat is None and is_loopback(self.client.target.host):
+            has_template, where = chat_template(str(chosen.get("root") or report.model))
+            if has_template is False:
+                chat = False
+                report.chat = False
+                report.chat_note = f"skipped: the model has no chat template ({where})"
+        if chat is False:
+            report.chat_note = report.chat_note or "skipped (--no-chat)"
+            return
         phase = Phase("chat")
-        t0 = time.monotonic()
-        tick = make_tick("chat", len(prompt_set.prompts))
+        tick = self.tick("chat", len(prompt_set.prompts))
         try:
             for prompt in prompt_set.prompts:
                 phase.add(
                     stream_completion(
-                        client, report.model, prompt, max_tokens=max_tokens, chat=True
+                        self.client, report.model, prompt, max_tokens=self.max_tokens, chat=True
                     )
                 )
                 tick()
@@ -335,13 +395,7 @@ def warmup(
             report.chat = False
             report.chat_note = "skipped: the model has no chat template"
             phase.note = report.chat_note
-        phase.seconds = time.monotonic() - t0
-        report.phases.append(phase)
-    elif not report.chat_note:
-        report.chat_note = "skipped (--no-chat)"
-
-    report.total_s = time.monotonic() - started
-    return report
+        self.end(phase)
 
 
 def tokens_per_word(client: Client, model: str) -> float | None:

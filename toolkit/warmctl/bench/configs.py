@@ -311,6 +311,14 @@ def standard(
         "A": Config("A", "plain vLLM (defaults, default cache dirs, no warmup)", rendered=False),
         "B": Config("B", "project unit (pinned caches, default compilation, warmup)", True),
         "C": Config("C", title, True, {"cudagraph_capture_sizes": list(c_capture_sizes)}, extra),
+        **_b_variants(w_warmup_args),
+        **_launcher_variants(),
+    }
+
+
+def _b_variants(w_warmup_args: tuple[str, ...]) -> dict[str, Config]:
+    """W, V and S: B with one lever, restarting from B's caches."""
+    return {
         "W": Config(
             "W",
             f"B with warmup args {' '.join(w_warmup_args)}",
@@ -332,6 +340,12 @@ def standard(
             instance_extra={"env": {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}},
             shares="B",
         ),
+    }
+
+
+def _launcher_variants() -> dict[str, Config]:
+    """L and what builds on it (R, P, Q, E, X): B under the launcher, from B's caches."""
+    return {
         "L": Config(
             "L",
             "B under the pre-imported launcher (SIGHUP relaunches without imports)",

@@ -145,18 +145,21 @@ class _State:
             self.in_flight -= 1
 
 
+@dataclass(frozen=True)
+class Load:
+    """The streaming load a sleep and wake run under, and how long each part lasts."""
+
+    clients: int = 16
+    max_tokens: int = 64
+    lead_s: float = 3.0  # streaming before the sleep
+    asleep_s: float = 2.0  # between the sleep and the wake
+    tail_s: float = 3.0  # streaming after the wake
+
+
 def run(
-    api: Api,
-    gate_path: Path,
-    check_path: Path,
-    *,
-    clients: int = 16,
-    level: int = 1,
-    max_tokens: int = 64,
-    lead_s: float = 3.0,
-    asleep_s: float = 2.0,
-    tail_s: float = 3.0,
+    api: Api, gate_path: Path, check_path: Path, *, level: int = 1, load: Load = Load()
 ) -> LoadSleep:
+    clients, max_tokens = load.clients, load.max_tokens
     gate = Gate(gate_path)
     gate.open()
     stop = threading.Event()
@@ -167,7 +170,7 @@ def run(
     sleep_report: dict[str, Any] = {}
     wake_report: dict[str, Any] = {}
     try:
-        time.sleep(lead_s)
+        time.sleep(load.lead_s)
         in_flight = state.in_flight
         t0 = time.monotonic()
         client = api.client
@@ -178,7 +181,7 @@ def run(
             ),
         ).to_dict()
         sleep_s = time.monotonic() - t0
-        time.sleep(asleep_s)
+        time.sleep(load.asleep_s)
         t0 = time.monotonic()
         wake_report = open_after(
             gate,
@@ -190,7 +193,7 @@ def run(
         ).to_dict()
         state.woken = True
         wake_s = time.monotonic() - t0
-        time.sleep(tail_s)
+        time.sleep(load.tail_s)
     finally:
         stop.set()
         for t in threads:

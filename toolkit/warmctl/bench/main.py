@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from warmctl.bench import bytecode, configs, gpumem, shims
+from warmctl.bench.options import BenchOptions, Server
 from warmctl.bench.report import print_report
-from warmctl.bench.runner import Knobs, Runner, echo_stderr, parse_plan
+from warmctl.bench.runner import Runner, echo_stderr, parse_plan
 from warmctl.errors import WarmctlError
 
 MODEL_KEYS = (
@@ -27,42 +28,11 @@ MODEL_KEYS = (
 )
 
 
-def run(
-    *,
-    model: str,
-    python: Path,
-    plan: str,
-    device: str,
-    out: Path,
-    port: int,
-    served_name: str,
-    extra_args: tuple[str, ...],
-    extra_env: dict[str, str],
-    tensor_parallel_size: int,
-    c_capture_sizes: tuple[int, ...] | None,
-    c_gpu_memory_utilization: float | None,
-    idle_gap: float,
-    budget: float | None,
-    single_n: int,
-    bursts_n: int,
-    burst_width: int,
-    decode_tokens: int,
-    start_timeout: float,
-    command_line: str,
-    compile_bytecode: bool = True,
-    w_warmup_args: tuple[str, ...] = configs.W_WARMUP_ARGS,
-) -> dict[str, Any]:
-    if device == "auto":
-        device = "gpu" if gpumem.available() else "cpu"
-    if tensor_parallel_size < 1:
-        raise WarmctlError(
-            f"--tensor-parallel-size {tensor_parallel_size}: expected 1 or more", kind="input"
-        )
-    if single_n < 2 or bursts_n < 2 or burst_width < 1:
-        raise WarmctlError(
-            "--requests and --bursts need at least 2 (a first and a steady one)", kind="input"
-        )
-    out = out.absolute()
+def run(options: BenchOptions) -> dict[str, Any]:
+    """Run the plan of `options`, write OUT/bench.json, print the tables; the document."""
+    device = _device(options.server.device)
+    _check(options)
+    out = options.out.absolute()
     work = out / "work"
     if work.exists() and any(work.iterdir()):
         raise WarmctlError(
@@ -70,64 +40,95 @@ def run(
             "(choose another --out or remove it)",
             kind="input",
         )
-    model_path = Path(model).expanduser()
-    model_ref = str(model_path.absolute()) if model_path.exists() else model
-    site = configs.Site(
+    site = _site(options.server, device, work)
+    table = configs.standard(
+        options.levers.c_capture_sizes,
+        options.levers.c_gpu_memory_utilization,
+        options.levers.w_warmup_args,
+    )
+    steps = parse_plan(options.plan, table)
+    meta = _meta(options, site, table)
+    doc = Runner(site, steps, out, options.knobs, options.budget_s, echo_stderr, meta).run()
+    print_report(doc)
+    echo_stderr(f"[bench] raw results: {out / 'bench.json'}")
+    return doc
+
+
+def _device(asked: str) -> str:
+    if asked == "auto":
+        return "gpu" if gpumem.available() else "cpu"
+    return asked
+
+
+def _check(options: BenchOptions) -> None:
+    """Bad input, one line, before anything is started."""
+    if options.server.tensor_parallel_size < 1:
+        raise WarmctlError(
+            f"--tensor-parallel-size {options.server.tensor_parallel_size}: expected 1 or more",
+            kind="input",
+        )
+    k = options.knobs
+    if k.single_n < 2 or k.bursts_n < 2 or k.burst_width < 1:
+        raise WarmctlError(
+            "--requests and --bursts need at least 2 (a first and a steady one)", kind="input"
+        )
+
+
+def _site(server: Server, device: str, work: Path) -> configs.Site:
+    """This machine, as every configuration's server sees it."""
+    return configs.Site(
         device=device,
-        venv=shims.vllm_venv(python, work / "vllm-venv"),
-        model=model_ref,
-        served_name=served_name,
-        port=port,
+        venv=shims.vllm_venv(server.python, work / "vllm-venv"),
+        model=_model_ref(server.model),
+        served_name=server.served_name,
+        port=server.port,
         workdir=work,
         warmctl_venv=shims.warmctl_venv(work / "warmctl-venv"),
-        extra_args=extra_args,
-        extra_env=extra_env,
-        tensor_parallel_size=tensor_parallel_size,
+        extra_args=server.extra_args,
+        extra_env=server.extra_env,
+        tensor_parallel_size=server.tensor_parallel_size,
     )
-    table = configs.standard(
-        c_capture_sizes or configs.C_CAPTURE_SIZES, c_gpu_memory_utilization, w_warmup_args
-    )
-    steps = parse_plan(plan, table)
-    meta: dict[str, Any] = {
-        "command": command_line,
+
+
+def _model_ref(model: str) -> str:
+    """A local folder as an absolute path, else the model id as given."""
+    path = Path(model).expanduser()
+    return str(path.absolute()) if path.exists() else model
+
+
+def _meta(
+    options: BenchOptions, site: configs.Site, table: dict[str, configs.Config]
+) -> dict[str, Any]:
+    """What makes the JSON reproducible: the command, the machine, the model, the plan."""
+    k = options.knobs
+    return {
+        "command": options.command_line,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
-        "device": device,
+        "device": site.device,
         "device_name": gpumem.gpu_name() or _cpu_name(),
-        "model": model_ref,
-        "model_config": _model_config(model_path),
+        "model": site.model,
+        "model_config": _model_config(Path(options.server.model).expanduser()),
         # what a host runs: the unit's environment, a venv with bytecode (bench/bytecode.py)
-        "bytecode": bytecode.prepare(site.venv / "bin" / "python", compile_bytecode),
-        "plan": plan,
-        "tensor_parallel_size": tensor_parallel_size,
+        "bytecode": bytecode.prepare(site.venv / "bin" / "python", options.compile_bytecode),
+        "plan": options.plan,
+        "tensor_parallel_size": options.server.tensor_parallel_size,
         "configs": {
-            k: {
+            key: {
                 "title": c.title,
                 "compilation_config": c.compilation_config,
                 "instance_extra": c.instance_extra,
             }
-            for k, c in table.items()
+            for key, c in table.items()
         },
         "knobs": {
-            "requests": single_n,
-            "bursts": bursts_n,
-            "burst_width": burst_width,
-            "decode_tokens": decode_tokens,
-            "idle_gap_s": idle_gap,
+            "requests": k.single_n,
+            "bursts": k.bursts_n,
+            "burst_width": k.burst_width,
+            "decode_tokens": k.decode_tokens,
+            "idle_gap_s": k.idle_gap_s,
         },
     }
-    knobs = Knobs(
-        single_n=single_n,
-        bursts_n=bursts_n,
-        burst_width=burst_width,
-        decode_tokens=decode_tokens,
-        start_timeout_s=start_timeout,
-        idle_gap_s=idle_gap,
-    )
-    doc = Runner(site, steps, out, knobs, budget, echo_stderr, meta).run()
-    print_report(doc)
-    echo_stderr(f"[bench] raw results: {out / 'bench.json'}")
-    return doc
 
 
 def report_only(path: Path, plot_file: Path | None = None, strict: bool = True) -> None:

@@ -54,93 +54,89 @@ def evaluate(
         steps = _steps(doc, key)
         if not steps:
             continue
-        ratios = [s["single"]["ratio"] for s in steps if "single" in s]
-        verdict = _worst(
-            "first request after warm / steady TTFT (c=1)", key, ratios, FIRST_RATIO, "x"
-        )
-        idle = _idle_ratios(steps)
-        if idle and verdict.met is not None:
-            # steady = back-to-back requests; any pause costs a warm server too (BENCHMARKS.md)
-            verdict = replace(
-                verdict,
-                measured=f"{verdict.measured}; vs a request after the idle pause "
-                f"{min(idle):.2f}-{max(idle):.2f}x",
-            )
-        out.append(verdict)
-        ratios = [s["bursts"]["ratio"] for s in steps if "bursts" in s]
-        verdict = _worst(
-            "first 16-wide burst / steady burst (mean TTFT)", key, ratios, BURST_RATIO, "x"
-        )
-        spread = _steady_burst_spread(steps)
-        if spread and verdict.met is not None:
-            # steady bursts are bimodal (a burst's arrivals land in one or two engine steps)
-            verdict = replace(verdict, measured=f"{verdict.measured}; steady bursts {spread}")
-        out.append(verdict)
-        # a primed restart (a new process: a reboot, a new vLLM) and, under the launcher, a
-        # relaunch (SIGHUP: a config change, the restart playbook), each against A's cold start
-        relaunched = any(s["state"] == "relaunch" for s in steps)
-        for again, limit in (("restart", RESTART_SHARE), ("relaunch", RELAUNCH_SHARE)):
-            if again == "relaunch" and not relaunched:
-                continue
-            what = f"{again} to warm / plain vLLM cold start"
-            restarts = [s["warm_s"] for s in steps if s["state"] == again and "warm_s" in s]
-            if restarts and a_cold:
-                share = max(restarts) / min(a_cold)
-                measured = f"{max(restarts):.1f} s / {min(a_cold):.1f} s = {share:.0%}"
-                out.append(Verdict(what, key, measured, f"<= {limit:.0%}", share <= limit, share))
-            else:
-                out.append(Verdict(what, key, "not run", f"<= {limit:.0%}", None))
-        colds = [s["warm_s"] for s in steps if s["state"] == "cold" and "warm_s" in s]
-        if colds and a_cold:
-            share = max(colds) / min(a_cold)
-            out.append(
-                Verdict(
-                    "cold start to warm / plain vLLM cold start",
-                    key,
-                    f"{max(colds):.1f} s / {min(a_cold):.1f} s = {share:.0%}",
-                    f"<= {COLD_SHARE:.0%}",
-                    share <= COLD_SHARE,
-                    share,
-                )
-            )
-        for how, what in (("route", "bare /wake_up"), ("warmctl", "warmctl wake")):
-            vals = [c["wake_to_first_token_s"] for c in _cycles(steps, 1, how)]
-            out.append(_worst(f"L1: {what} -> first token", key, vals, L1_WAKE_TO_TOKEN_S, "s"))
-            vals = [c["wake_to_first_token_s"] for c in _cycles(steps, 2, how)]
-            extra = " (+ reload)" if how == "route" else " (reload, output check, warmup)"
-            out.append(
-                _worst(f"L2: {what}{extra} -> first token", key, vals, L2_WAKE_TO_TOKEN_S, "s")
-            )
+        out += _first_request_and_burst(steps, key)
+        out += _starts_to_warm(steps, key, a_cold)
+        out += _wakes(steps, key)
         out += _correctness(steps, key)
-        l1 = _cycles(steps, 1, "warmctl")
-        freed = [
-            c["freed_fraction"]
-            for c in _cycles(steps, 1, "route") + l1
-            if c.get("freed_fraction") is not None
-        ]
-        if freed:
-            low = min(freed)
-            out.append(
-                Verdict(
-                    "L1: share of the server's GPU memory freed",
-                    key,
-                    f"{low:.1%}",
-                    f">= {L1_FREED:.0%}",
-                    low >= L1_FREED,
-                    low,
-                )
-            )
-        else:
-            out.append(
-                Verdict(
-                    "L1: share of the server's GPU memory freed",
-                    key,
-                    "not run",
-                    f">= {L1_FREED:.0%}",
-                    None,
-                )
-            )
+        out.append(_l1_freed(steps, key))
     return out
+
+
+def _first_request_and_burst(steps: list[dict[str, Any]], key: str) -> list[Verdict]:
+    ratios = [s["single"]["ratio"] for s in steps if "single" in s]
+    first = _worst("first request after warm / steady TTFT (c=1)", key, ratios, FIRST_RATIO, "x")
+    idle = _idle_ratios(steps)
+    if idle and first.met is not None:
+        # steady = back-to-back requests; any pause costs a warm server too (BENCHMARKS.md)
+        first = replace(
+            first,
+            measured=f"{first.measured}; vs a request after the idle pause "
+            f"{min(idle):.2f}-{max(idle):.2f}x",
+        )
+    ratios = [s["bursts"]["ratio"] for s in steps if "bursts" in s]
+    burst = _worst("first 16-wide burst / steady burst (mean TTFT)", key, ratios, BURST_RATIO, "x")
+    spread = _steady_burst_spread(steps)
+    if spread and burst.met is not None:
+        # steady bursts are bimodal (a burst's arrivals land in one or two engine steps)
+        burst = replace(burst, measured=f"{burst.measured}; steady bursts {spread}")
+    return [first, burst]
+
+
+def _starts_to_warm(steps: list[dict[str, Any]], key: str, a_cold: list[float]) -> list[Verdict]:
+    """A primed restart (a new process: a reboot, a new vLLM) and, under the launcher, a
+    relaunch (SIGHUP: a config change, the restart playbook), each against A's cold start; the
+    unit's own cold start against it too."""
+    out: list[Verdict] = []
+    relaunched = any(s["state"] == "relaunch" for s in steps)
+    for again, limit in (("restart", RESTART_SHARE), ("relaunch", RELAUNCH_SHARE)):
+        if again == "relaunch" and not relaunched:
+            continue
+        what = f"{again} to warm / plain vLLM cold start"
+        restarts = [s["warm_s"] for s in steps if s["state"] == again and "warm_s" in s]
+        if restarts and a_cold:
+            share = max(restarts) / min(a_cold)
+            measured = f"{max(restarts):.1f} s / {min(a_cold):.1f} s = {share:.0%}"
+            out.append(Verdict(what, key, measured, f"<= {limit:.0%}", share <= limit, share))
+        else:
+            out.append(Verdict(what, key, "not run", f"<= {limit:.0%}", None))
+    colds = [s["warm_s"] for s in steps if s["state"] == "cold" and "warm_s" in s]
+    if colds and a_cold:
+        share = max(colds) / min(a_cold)
+        out.append(
+            Verdict(
+                "cold start to warm / plain vLLM cold start",
+                key,
+                f"{max(colds):.1f} s / {min(a_cold):.1f} s = {share:.0%}",
+                f"<= {COLD_SHARE:.0%}",
+                share <= COLD_SHARE,
+                share,
+            )
+        )
+    return out
+
+
+def _wakes(steps: list[dict[str, Any]], key: str) -> list[Verdict]:
+    out: list[Verdict] = []
+    for how, what in (("route", "bare /wake_up"), ("warmctl", "warmctl wake")):
+        vals = [c["wake_to_first_token_s"] for c in _cycles(steps, 1, how)]
+        out.append(_worst(f"L1: {what} -> first token", key, vals, L1_WAKE_TO_TOKEN_S, "s"))
+        vals = [c["wake_to_first_token_s"] for c in _cycles(steps, 2, how)]
+        extra = " (+ reload)" if how == "route" else " (reload, output check, warmup)"
+        out.append(_worst(f"L2: {what}{extra} -> first token", key, vals, L2_WAKE_TO_TOKEN_S, "s"))
+    return out
+
+
+def _l1_freed(steps: list[dict[str, Any]], key: str) -> Verdict:
+    what, limit = "L1: share of the server's GPU memory freed", f">= {L1_FREED:.0%}"
+    freed = [
+        c["freed_fraction"]
+        for c in _cycles(steps, 1, "route") + _cycles(steps, 1, "warmctl")
+        if c.get("freed_fraction") is not None
+    ]
+    if not freed:
+        return Verdict(what, key, "not run", limit, None)
+    low = min(freed)
+    return Verdict(what, key, f"{low:.1%}", limit, low >= L1_FREED, low)
 
 
 def _correctness(steps: list[dict[str, Any]], key: str) -> list[Verdict]:

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from warmctl.errors import WarmctlError
+
+if TYPE_CHECKING:
+    from warmctl.bench.options import Levers
 
 
 def _parse_env(items: tuple[str, ...]) -> dict[str, str]:
@@ -22,8 +27,9 @@ def _parse_env(items: tuple[str, ...]) -> dict[str, str]:
     return env
 
 
-def _command_line(ctx: click.Context) -> str:
+def _command_line() -> str:
     """The options this run was given, as one reproducible command line."""
+    ctx = click.get_current_context()
     parts = ["warmctl", "bench"]
     for param in ctx.command.params:
         if not isinstance(param, click.Option) or param.name is None:
@@ -209,30 +215,38 @@ def command(
             return
         if not model:
             raise WarmctlError("--model is required (a model folder or id)", kind="input")
-        doc = run(  # a local folder as the unit would name it: an absolute path
+        from warmctl.bench.options import BenchOptions, Server
+        from warmctl.bench.runner import Knobs
+
+        server = Server(  # a local folder as the unit would name it: an absolute path
             model=str(Path(model).resolve()) if Path(model).exists() else model,
             python=python,
-            plan=plan,
             device=device,
-            out=out,
             port=port,
             served_name=served_name,
             extra_args=args,
             extra_env=_parse_env(envs),
             tensor_parallel_size=tensor_parallel_size,
-            c_capture_sizes=_parse_sizes(c_capture_sizes) if c_capture_sizes else None,
-            c_gpu_memory_utilization=c_gpu_memory_utilization,
-            idle_gap=idle_gap,
-            budget=budget,
+        )
+        knobs = Knobs(
             single_n=single_n,
             bursts_n=bursts_n,
             burst_width=burst_width,
             decode_tokens=decode_tokens,
-            start_timeout=start_timeout,
-            command_line=_command_line(click.get_current_context()),
-            compile_bytecode=compile_bytecode,
-            **({"w_warmup_args": tuple(shlex.split(w_warmup_args))} if w_warmup_args else {}),
+            start_timeout_s=start_timeout,
+            idle_gap_s=idle_gap,
         )
+        options = BenchOptions(
+            server=server,
+            out=out,
+            plan=plan,
+            levers=_levers(c_capture_sizes, c_gpu_memory_utilization, w_warmup_args),
+            knobs=knobs,
+            budget_s=budget,
+            compile_bytecode=compile_bytecode,
+            command_line=_command_line(),
+        )
+        doc = run(options)
         if plot_file is not None:
             from warmctl.bench.plot import draw
 
@@ -242,6 +256,24 @@ def command(
 
         click.echo(f"warmctl bench: {safe(err, one_line=True)}", err=True)
         sys.exit(err.exit_code)
+    _exit_on_failed_starts(doc, out)
+
+
+def _levers(
+    c_capture_sizes: str | None, c_gpu_memory_utilization: float | None, w_warmup_args: str | None
+) -> Levers:
+    """C's and W's settings from their options (their defaults where not given)."""
+    from warmctl.bench.options import Levers
+
+    levers = Levers(c_gpu_memory_utilization=c_gpu_memory_utilization)
+    if c_capture_sizes:
+        levers = replace(levers, c_capture_sizes=_parse_sizes(c_capture_sizes))
+    if w_warmup_args:
+        levers = replace(levers, w_warmup_args=tuple(shlex.split(w_warmup_args)))
+    return levers
+
+
+def _exit_on_failed_starts(doc: dict[str, Any], out: Path) -> None:
     failed = [s["name"] for s in doc["steps"] if "error" in s]
     if failed:
         click.echo(

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from warmctl.options import guard, host_options, resolve_targets, textfile_options
 from warmctl.warmup_cli import warmup_kwargs, warmup_options
+
+if TYPE_CHECKING:
+    from warmctl.relaunch import LauncherFiles, Relaunched
+    from warmctl.target import Target
+    from warmctl.warmup import WarmupReport
 
 
 @click.command(name="relaunch")
@@ -78,8 +85,8 @@ def command(
     def body() -> int:
         from warmctl.client import Client
         from warmctl.options import check_instance_name, write_metrics
-        from warmctl.output import console, emit_json, error_line
-        from warmctl.relaunch import LauncherFiles, check, relaunch, vet
+        from warmctl.output import console, error_line
+        from warmctl.relaunch import LauncherFiles, relaunch
         from warmctl.warmup import warmup
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
@@ -97,24 +104,8 @@ def command(
         if expect_launch is not None or expect_state is not None:
             expect = LauncherFiles(None, expect_launch, expect_state)
         if check_only:
-            checked = check(pid, expect=expect)
-            state = checked.state or {}
-            what = checked.files.launch_file or "the same arguments"
-            verdict = vet(pid, checked, float(kwargs["ready_timeout"])) if vllm_check else None
-            if as_json:  # what it runs now, from its state file (the role's report)
-                doc = {"target": target.label, "launcher_pid": pid, "can_relaunch": True,
-                       "launch_file": checked.files.launch_file,
-                       "generation": state.get("generation"), "argv": state.get("argv"),
-                       "runs_launch_file": checked.current,
-                       "vllm_checked": bool(verdict and verdict.get("checked"))}  # fmt: skip
-                emit_json("relaunch", [doc], 0)
-            else:
-                said = " (vLLM accepts it)" if verdict and verdict.get("checked") else ""
-                console().print(
-                    f"{target.label}: launcher {pid} (generation {state.get('generation', '?')}) "
-                    f"can relaunch with {what}{said}"
-                )
-            return 0
+            ready_timeout = float(kwargs["ready_timeout"])
+            return _check(target, pid, expect, ready_timeout if vllm_check else None, as_json)
         err = console(stderr=True)
         done = relaunch(
             pid,
@@ -124,27 +115,69 @@ def command(
         )
         report = warmup(Client(target, api_key, timeout), **kwargs)
         code = write_metrics(textfile_dir, instance_name, "warmup", targets, [report])
-        doc = {
-            "target": target.label,
-            "launcher_pid": done.pid,
-            "old_server_pids": list(done.old),
-            "new_server_pids": list(done.new),
-            "relaunch_s": round(done.seconds, 3),
-            "generation": done.generation or None,
-            "argv": done.argv or None,
-            "warmup": report.to_dict(),
-        }
-        if as_json:
-            emit_json("relaunch", [doc], code)
-            return code
-        console().print(
-            f"{target.label}: relaunched in {done.seconds:.1f} s (server "
-            f"{','.join(map(str, done.old)) or '-'} -> {','.join(map(str, done.new))}"
-            f"{f', generation {done.generation}' if done.generation else ''}), "
-            f"warm {report.total_s:.1f} s later"
-        )
-        if code:
-            error_line(f"{target.label}: relaunched and warm, but its metrics were not written")
+        _say_relaunched(target, done, report, code, as_json)
         return code
 
     guard(body)
+
+
+def _check(
+    target: Target,
+    pid: int,
+    expect: LauncherFiles | None,
+    vllm_timeout: float | None,
+    as_json: bool,
+) -> int:
+    """--check: whether launcher `pid` can relaunch with its launch file as it is now (vLLM's
+    verdict from its standby, waited for up to `vllm_timeout` s; None: the state file only)."""
+    from warmctl.output import console, emit_json
+    from warmctl.relaunch import check, vet
+
+    checked = check(pid, expect=expect)
+    state = checked.state or {}
+    what = checked.files.launch_file or "the same arguments"
+    verdict = vet(pid, checked, vllm_timeout) if vllm_timeout is not None else None
+    if as_json:  # what it runs now, from its state file (the role's report)
+        doc = {"target": target.label, "launcher_pid": pid, "can_relaunch": True,
+               "launch_file": checked.files.launch_file,
+               "generation": state.get("generation"), "argv": state.get("argv"),
+               "runs_launch_file": checked.current,
+               "vllm_checked": bool(verdict and verdict.get("checked"))}  # fmt: skip
+        emit_json("relaunch", [doc], 0)
+    else:
+        said = " (vLLM accepts it)" if verdict and verdict.get("checked") else ""
+        console().print(
+            f"{target.label}: launcher {pid} (generation {state.get('generation', '?')}) "
+            f"can relaunch with {what}{said}"
+        )
+    return 0
+
+
+def _say_relaunched(
+    target: Target, done: Relaunched, report: WarmupReport, code: int, as_json: bool
+) -> None:
+    """The relaunch and its warmup: one JSON document, or one line (and one more on stderr
+    when the metrics could not be written: exit `code`)."""
+    from warmctl.output import console, emit_json, error_line
+
+    doc = {
+        "target": target.label,
+        "launcher_pid": done.pid,
+        "old_server_pids": list(done.old),
+        "new_server_pids": list(done.new),
+        "relaunch_s": round(done.seconds, 3),
+        "generation": done.generation or None,
+        "argv": done.argv or None,
+        "warmup": report.to_dict(),
+    }
+    if as_json:
+        emit_json("relaunch", [doc], code)
+        return
+    console().print(
+        f"{target.label}: relaunched in {done.seconds:.1f} s (server "
+        f"{','.join(map(str, done.old)) or '-'} -> {','.join(map(str, done.new))}"
+        f"{f', generation {done.generation}' if done.generation else ''}), "
+        f"warm {report.total_s:.1f} s later"
+    )
+    if code:
+        error_line(f"{target.label}: relaunched and warm, but its metrics were not written")

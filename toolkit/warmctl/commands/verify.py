@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from warmctl.options import guard, host_options, textfile_options
 from warmctl.warmup_cli import wait_ready_option
+
+if TYPE_CHECKING:
+    from warmctl.target import Target
+    from warmctl.verify_run import Inventory, Settings
 
 
 @click.command(name="verify")
@@ -177,41 +181,19 @@ def command(
 
     def body() -> int:
         from warmctl.options import check_instance_name
-        from warmctl.verify_run import (
-            Settings,
-            measure_here,
-            measure_on_hosts,
-            report,
-            split_targets,
-        )
+        from warmctl.verify_run import Settings, report, split_targets
 
         targets, inventory, here = split_targets(hosts, inventory_path, limit, measure_from)
         check_instance_name(instance_name, targets)
-        ctx = click.get_current_context()
         settings = Settings(
             max_first_ttft, max_ratio, max_steady_ttft, max_decode_ms, steady, max_tokens,
             decode_tokens, ready_timeout, timeout, model, attempts, attempt_pause, wait_ready,
-            given=frozenset(
-                name
-                for name in ("max_first_ttft", "max_ratio", "attempts")
-                if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
-            ),
+            given=_given("max_first_ttft", "max_ratio", "attempts"),
         )  # fmt: skip
-        by_url: dict[str, dict[str, Any]] = {}
-        if inventory:
-            by_url.update(
-                measure_on_hosts(
-                    str(inventory_path), inventory, targets, settings,
-                    api_key=api_key, parallel=parallel,
-                )
-            )  # fmt: skip
-        by_url.update(
-            measure_here(
-                here, targets, settings,
-                api_key=api_key, parallel=parallel, show=not as_json and bool(here),
-            )
+        done = _measure(
+            targets, inventory, here, str(inventory_path), settings,
+            api_key=api_key, parallel=parallel, show=not as_json and bool(here),
         )  # fmt: skip
-        done = [by_url[t.base_url] for t in targets]
         return report(
             done,
             targets,
@@ -222,3 +204,41 @@ def command(
         )
 
     guard(body)
+
+
+def _measure(
+    targets: list[Target],
+    inventory: Inventory,
+    here: list[Target],
+    inventory_path: str,
+    settings: Settings,
+    *,
+    api_key: str | None,
+    parallel: int | None,
+    show: bool,
+) -> list[dict[str, Any]]:
+    """Each target's result, in order: `inventory`'s hosts measured by themselves, `here`'s
+    from this machine (`show`: each one's line on the terminal meanwhile)."""
+    from warmctl.verify_run import measure_here, measure_on_hosts
+
+    by_url: dict[str, dict[str, Any]] = {}
+    if inventory:
+        by_url.update(
+            measure_on_hosts(
+                inventory_path, inventory, targets, settings, api_key=api_key, parallel=parallel
+            )
+        )
+    by_url.update(
+        measure_here(here, targets, settings, api_key=api_key, parallel=parallel, show=show)
+    )
+    return [by_url[t.base_url] for t in targets]
+
+
+def _given(*names: str) -> frozenset[str]:
+    """Which of the options `names` the command line gives (not their defaults)."""
+    ctx = click.get_current_context()
+    return frozenset(
+        name
+        for name in names
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+    )

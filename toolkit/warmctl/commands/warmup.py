@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from warmctl.options import guard, host_options, per_host, resolve_targets, textfile_options
 from warmctl.warmup_cli import warmup_kwargs, warmup_options
+
+if TYPE_CHECKING:
+    from warmctl.warmup import WarmupReport
 
 
 @click.command(name="warmup")
@@ -38,8 +43,7 @@ def command(
     def body() -> int:
         from warmctl.client import Client
         from warmctl.options import check_instance_name, write_metrics
-        from warmctl.output import console, emit_json, error_line, ms, secs, table
-        from warmctl.stream import median
+        from warmctl.output import emit_json, error_line
         from warmctl.warmup import WarmupReport, warmup
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
@@ -71,30 +75,29 @@ def command(
                 code,
             )
             return code
-        out = console()
-        for r in results:
-            if not isinstance(r, WarmupReport):
-                continue
-            title = (
-                f"{r.target}: warm in {r.total_s:.1f} s — model {r.model}, "
-                f"max_model_len {r.max_model_len or '?'}, {r.prompts} prompt(s) from "
-                f"{r.prompt_source}, batch sizes {','.join(map(str, r.batch_sizes))} "
-                f"({r.batch_sizes_source})"
-            )
-            rows = [
-                [
-                    p.name,
-                    secs(p.seconds),
-                    str(p.requests),
-                    str(p.tokens),
-                    ms(median(p.ttfts_s)),
-                    p.note,
-                ]
-                for p in r.phases
-            ]
-            out.print(
-                table(title, ["PHASE", "TIME", "REQUESTS", "TOKENS", "MEDIAN TTFT", "NOTE"], rows)
-            )
+        _print_reports([r for r in results if isinstance(r, WarmupReport)])
         return code
 
     guard(body)
+
+
+def _print_reports(reports: list[WarmupReport]) -> None:
+    """One table per warm server: its phases, what each sent and took."""
+    from warmctl.output import console, ms, secs, table
+    from warmctl.stream import median
+
+    out = console()
+    for r in reports:
+        title = (
+            f"{r.target}: warm in {r.total_s:.1f} s — model {r.model}, "
+            f"max_model_len {r.max_model_len or '?'}, {r.prompts} prompt(s) from "
+            f"{r.prompt_source}, batch sizes {','.join(map(str, r.batch_sizes))} "
+            f"({r.batch_sizes_source})"
+        )
+        rows = [
+            [p.name, secs(p.seconds), str(p.requests), str(p.tokens), ms(median(p.ttfts_s)), p.note]
+            for p in r.phases
+        ]
+        out.print(
+            table(title, ["PHASE", "TIME", "REQUESTS", "TOKENS", "MEDIAN TTFT", "NOTE"], rows)
+        )

@@ -130,6 +130,11 @@ READY_POLL = 0.5
 HEALTH_TIMEOUT = 2.0
 READY_WAIT_MAX = 600.0
 RETRY = "\0retry"  # Supervisor.vet: the standby is gone, another one asks again
+# A standby's pipes. The launcher writes JSON lines on "go" (a prepare request, then the go);
+# the standby answers on "ready": NAMED, its report (one JSON line), an answer (one JSON line)
+# per prepare request, then BECAME_SERVER. The end of a pipe: the other side is gone.
+NAMED = b"n"  # it has its name (STANDBY_COMM) and its own process group: the launcher goes on
+BECAME_SERVER = b"g"  # told to go, it took the launcher's name back and runs the server
 
 
 class UsageError(Exception):
@@ -491,9 +496,9 @@ def _become_server(module: str, args: list[str], env: dict[str, str | None]) -> 
 def _standby_main(
     module: str, extra: list[str], ready_w: int, go_r: int, comm: bytes, launcher: int
 ) -> None:
-    """In the forked standby: name itself (one byte on `ready_w` once done), import, report on
+    """In the forked standby: name itself (NAMED on `ready_w` once done), import, report on
     `ready_w` (one JSON line), wait for the go on `go_r` (one JSON line; the end of the pipe:
-    not needed, exit 0), take the launcher's name back, say so (one byte) and become the
+    not needed, exit 0), take the launcher's name back, say so (BECAME_SERVER) and become the
     server. Never returns."""
     try:
         _prctl(_PR_SET_NAME, STANDBY_COMM)
@@ -506,7 +511,7 @@ def _standby_main(
         for sig in HANDLED:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        _write_all(ready_w, b"n")
+        _write_all(ready_w, NAMED)
         try:
             took, names, skipped = preload(module, extra)
         except BaseException as exc:
@@ -529,7 +534,7 @@ def _standby_main(
             _write_all(ready_w, (json.dumps(answer) + "\n").encode())
         os.close(go_r)
         _prctl(_PR_SET_NAME, comm)
-        _write_all(ready_w, b"g")
+        _write_all(ready_w, BECAME_SERVER)
         os.close(ready_w)
     except BaseException:
         traceback.print_exc()
@@ -646,7 +651,7 @@ class Standby:
     """A process forked from the launcher before any import, which imports the server's modules
     and waits to be told to become the server."""
 
-    def __init__(self, module: str, extra: list[str]) -> None:
+    def __init__(self, module: str, extra: list[str], children: Children) -> None:
         alive = other_threads()
         if alive:  # never expected: the launcher imports only the standard library
             say(f"forking a standby with {len(alive)} other thread(s) alive: {', '.join(alive)}")
@@ -660,7 +665,8 @@ class Standby:
             os.close(ready_r)
             os.close(go_w)
             _standby_main(module, extra, ready_w, go_r, comm, launcher)
-        _WATCHED.add(pid)
+        children.watch(pid)
+        self._children = children
         with contextlib.suppress(OSError):  # its own group from the start (it sets it too)
             os.setpgid(pid, pid)
         os.close(ready_w)
@@ -668,7 +674,7 @@ class Standby:
         self.pid, self._ready_fd, self._go_fd = pid, ready_r, go_w
         self.report: dict | None = None  # its report once it has imported (or failed)
         self.busy = False  # preparing a server (vet), its answer not read yet
-        os.read(ready_r, 1)  # named (vllm-standby) before the launcher goes on: or it ended
+        os.read(ready_r, 1)  # NAMED (vllm-standby) before the launcher goes on: or it ended
 
     def poll(self) -> bool:
         """Whether its report is in (read now if it is there)."""
@@ -690,7 +696,7 @@ class Standby:
         return bool(self.report and self.report.get("ok"))
 
     def alive(self) -> bool:
-        return exited(self.pid) is None
+        return self._children.exited(self.pid) is None
 
     def vet(self, args: list[str], env: dict[str, str | None], level: str) -> dict:
         """Its answer to a prepare request: {"ok", "checked", "error", "seconds", "steps"},
@@ -724,7 +730,7 @@ class Standby:
         server's module, False if it is gone."""
         try:
             _write_all(self._go_fd, (json.dumps({"args": args, "env": env}) + "\n").encode())
-            return os.read(self._ready_fd, 1) == b"g"
+            return os.read(self._ready_fd, 1) == BECAME_SERVER
         except OSError:  # BrokenPipeError: it died after its report
             return False
         finally:
@@ -744,10 +750,11 @@ class Standby:
                 os.killpg(self.pid, signal.SIGKILL)
         self._close()
         deadline = time.monotonic() + wait
-        while wait and exited(self.pid) is None and time.monotonic() < deadline:
+        children = self._children
+        while wait and children.exited(self.pid) is None and time.monotonic() < deadline:
             time.sleep(0.02)
-        if exited(self.pid) is not None:
-            forget(self.pid)
+        if children.exited(self.pid) is not None:
+            children.forget(self.pid)
 
 
 def status_code(status: int) -> int:
@@ -768,68 +775,74 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-# the exit statuses of the watched children (the server, the standby), reaped by reap() with
-# everything else (orphans the launcher adopted as subreaper: the old server's engine core)
-_WATCHED: set[int] = set()
-_EXITED: dict[int, int] = {}
+class Children:
+    """The exit statuses of the watched children (the server, the standby), reaped by reap()
+    with everything else (orphans the launcher adopted as subreaper: the old server's engine
+    core)."""
 
+    def __init__(self) -> None:
+        self._watched: set[int] = set()
+        self._exited: dict[int, int] = {}
 
-def reap() -> None:
-    """Reap every child that has exited; keep the status of a watched one."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        if pid in _WATCHED:
-            _EXITED[pid] = status
+    def watch(self, pid: int) -> None:
+        self._watched.add(pid)
 
+    def reap(self) -> None:
+        """Reap every child that has exited; keep the status of a watched one."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self._watched:
+                self._exited[pid] = status
 
-def exited(pid: int) -> int | None:
-    """The wait status of watched child `pid` once it has exited, else None."""
-    reap()
-    return _EXITED.get(pid)
+    def exited(self, pid: int) -> int | None:
+        """The wait status of watched child `pid` once it has exited, else None."""
+        self.reap()
+        return self._exited.get(pid)
 
+    def forget(self, pid: int) -> None:
+        self._watched.discard(pid)
+        self._exited.pop(pid, None)
 
-def forget(pid: int) -> None:
-    _WATCHED.discard(pid)
-    _EXITED.pop(pid, None)
-
-
-def stop(pid: int, timeout: float) -> tuple[int, float]:
-    """SIGTERM the server alone (as the unit's KillMode=mixed does for the main process): vLLM's
-    API server then stops its own engine core and workers in order. Signalled together, the
-    engine core could die before the API server knew it was shutting down, and vLLM logged
-    "AsyncLLM output_handler failed ... EngineDeadError" as an ERROR. Once the server has
-    exited, what is left of its group is killed (SIGKILL, as systemd's final kill does), and
-    the whole group too when the server is still there `timeout` s after the SIGTERM."""
-    t = time.monotonic()
-    if pid not in _WATCHED:  # stopped (and reaped) already
-        return 0, 0.0
-    status = None
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = t + timeout
-    killed = False
-    while True:
-        if status is None:
-            status = exited(pid)
-            if status is not None and group_alive(pid):  # leftovers: it stopped what it meant to
+    def stop(self, pid: int, timeout: float) -> tuple[int, float]:
+        """SIGTERM the server alone (as the unit's KillMode=mixed does for the main process):
+        vLLM's API server then stops its own engine core and workers in order. Signalled
+        together, the engine core could die before the API server knew it was shutting down,
+        and vLLM logged "AsyncLLM output_handler failed ... EngineDeadError" as an ERROR. Once
+        the server has exited, what is left of its group is killed (SIGKILL, as systemd's final
+        kill does), and the whole group too when the server is still there `timeout` s after
+        the SIGTERM."""
+        t = time.monotonic()
+        if pid not in self._watched:  # stopped (and reaped) already
+            return 0, 0.0
+        status = None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = t + timeout
+        killed = False
+        while True:
+            if status is None:
+                status = self.exited(pid)
+                if status is not None and group_alive(
+                    pid
+                ):  # leftovers: it stopped what it meant to
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)
+            self.reap()
+            if status is not None and not group_alive(pid):
+                break
+            if time.monotonic() > deadline and not killed:
+                say(f"server group {pid} still running {timeout:.0f} s after SIGTERM: SIGKILL")
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
-        reap()
-        if status is not None and not group_alive(pid):
-            break
-        if time.monotonic() > deadline and not killed:
-            say(f"server group {pid} still running {timeout:.0f} s after SIGTERM: SIGKILL")
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            killed = True
-        time.sleep(0.05)
-    forget(pid)
-    return status_code(status), time.monotonic() - t
+                killed = True
+            time.sleep(0.05)
+        self.forget(pid)
+        return status_code(status), time.monotonic() - t
 
 
 class Stopped(Exception):
@@ -879,13 +892,14 @@ class Supervisor:
         self.unanswered = 0  # SIGHUPs received, not yet answered (counted in the state then)
         self.deaths = 0  # standbys in a row that died after their imports
         self.fork_error = ""  # why the last standby could not be forked
+        self.children = Children()  # the server and the standby, reaped with any orphan
 
     def prepare(self) -> Standby | None:
         """The standby, forked now if there is none (None: it cannot be forked, said)."""
         if self.standby is None:
             self.ready_wait = None  # forked now: not waiting for the server any more
             try:
-                self.standby = Standby(self.opts.module, self.extra)
+                self.standby = Standby(self.opts.module, self.extra, self.children)
             except OSError as exc:  # EAGAIN: the unit's TasksMax, the pids cgroup, memory
                 self.fork_error = f"cannot fork a standby: {exc.strerror or exc}"
                 say(f"{self.fork_error}; the next relaunch tries again")
@@ -959,7 +973,7 @@ class Supervisor:
                 self.pending = self.pending or self.launch  # read again when it is handled
             if info.si_signo == signal.SIGUSR1:
                 self.checks_asked += 1  # answered once a server runs
-            reap()
+            self.children.reap()
         return standby
 
     def imported(self, standby: Standby) -> None:
@@ -1155,6 +1169,118 @@ class Supervisor:
             self.standby = None
             self.state.update(standby_pid=0, standby="none")
 
+    # -- what the main loop (supervise) asks of it -------------------------------------------
+    @property
+    def standby_delayed(self) -> bool:
+        """Whether a standby is to be forked later by itself (not only when a relaunch or a
+        check asks: after a fork that failed)."""
+        return self.standby_due != float("inf")
+
+    def sighup_again(self) -> None:
+        """A SIGHUP that came during the first start: sent again, handled as any later one."""
+        if self.pending is not None:
+            self.pending = None
+            os.kill(os.getpid(), signal.SIGHUP)
+            self.unanswered -= 1
+
+    def relaunch_asked(self) -> None:
+        """A SIGHUP: the launch file read now (the latest file wins over one still waiting);
+        the relaunch waits for the standby, forked now if there is none or it failed."""
+        self.unanswered += 1
+        launch, why = self.next_launch()
+        if launch is None:
+            self.refuse(why)
+            return
+        self.pending = launch
+        if self.standby is None or (self.standby.report and not self.standby.ready):
+            self.discard_standby()  # a failed one is tried again for this relaunch
+            self.deaths = 0
+            self.prepare()
+
+    def check_asked(self) -> None:
+        """A SIGUSR1 (`warmctl relaunch --check`): answered once the standby can say."""
+        self.checks_asked += 1
+
+    def standby_for_check(self) -> bool:
+        """A check waits and the next standby is only delayed: it is due now (True)."""
+        if self.checks_asked and self.standby is None and self.standby_delayed:
+            self.standby_due = 0.0
+            return True
+        return False
+
+    def wait_signal(self) -> signal.struct_siginfo | None:
+        """The next signal, or None when the loop should look again first: soon while the
+        standby imports, when a delayed one is due, else only at a signal."""
+        if self.standby is not None and self.standby.report is None:  # importing
+            return signal.sigtimedwait(HANDLED, 0.1)
+        if self.standby is None and self.standby_delayed:
+            return signal.sigtimedwait(HANDLED, max(0.0, self.standby_wake() - time.monotonic()))
+        return signal.sigwaitinfo(HANDLED)
+
+    def relaunch(self) -> None:
+        """The relaunch asked for, now that the standby has imported: stop the old server, the
+        standby becomes the new one (or the relaunch is refused: the standby could not
+        import, or vLLM rejects the launch file)."""
+        launch, standby = self.pending, self.standby
+        assert launch is not None and standby is not None and standby.report is not None
+        if not standby.ready:
+            self.discard_standby()
+            error = standby.report.get("error")
+            self.refuse(f"the standby could not import {self.opts.module}: {error}")
+            return
+        if not standby.alive():  # ended after its report: another one, the old server serves on
+            if not self.replace_dead_standby(standby):
+                self.refuse(self.fork_error)
+            return
+        # the next server prepared, vLLM's verdict on it in, before the old one is asked to stop
+        why = self.vet(launch, self.opts.prepare)
+        if why == RETRY:  # kept pending: the next standby prepares it once it has imported
+            return
+        if why:
+            self.refuse(why)
+            return
+        prepared = self.state["prepared"]
+        if prepared["checked"]:  # what the old server's last seconds were spent on
+            say(f"standby {standby.pid} prepared the next server in {prepared['seconds']:.2f} s "
+                f"({', '.join(prepared['steps'])}); stopping the old one")  # fmt: skip
+        self.pending = None
+        code, took = self.children.stop(self.pid, self.opts.stop_timeout)
+        if _stop_asked():  # a stop came while the old server stopped: no new one
+            self.pid = 0
+            raise Stopped()
+        if not self.start_next(launch):
+            raise RuntimeError(f"relaunch: old server stopped in {took:.2f} s; no new server")
+        say(f"relaunch: old server stopped in {took:.2f} s (status {code}); {self.started()}")
+        self.prepare_later()  # the next relaunch's standby imports while this server serves
+        self.answered()
+        self.write_state("relaunched")
+
+    def child_exited(self) -> int | None:
+        """A SIGCHLD: the server's exit code when it has ended by itself (its group stopped,
+        the standby discarded, said), else None (a standby that ended after its imports is
+        replaced)."""
+        status = self.children.exited(self.pid)
+        if status is None:
+            standby = self.standby
+            if standby is not None and standby.ready and not standby.alive():
+                self.replace_dead_standby(standby)
+            return None
+        code = status_code(status)
+        if group_alive(self.pid):
+            self.children.stop(self.pid, self.opts.stop_timeout)
+        self.children.forget(self.pid)
+        self.discard_standby(wait=5)
+        say(f"server exited with status {code}")
+        return code
+
+    def stop_server(self) -> None:
+        """SIGTERM / SIGINT: the server stopped (if one runs), said."""
+        if self.pid and self.children.exited(self.pid) is None:
+            code, took = self.children.stop(self.pid, self.opts.stop_timeout)
+            say(f"stopped the server in {took:.2f} s (status {code})")
+        else:
+            say("stopped before a server ran")
+
 
 def _file_digest(path: str) -> str:
     try:
@@ -1169,72 +1295,19 @@ def _stop_asked() -> bool:
     return bool({signal.SIGTERM, signal.SIGINT} & signal.sigpending())
 
 
-def _relaunch(sup: Supervisor) -> None:
-    """The relaunch asked for, now that the standby has imported: stop the old server, the
-    standby becomes the new one (or the relaunch is refused: the standby could not import)."""
-    launch, standby = sup.pending, sup.standby
-    assert launch is not None and standby is not None and standby.report is not None
-    if not standby.ready:
-        sup.discard_standby()
-        sup.refuse(f"the standby could not import {sup.opts.module}: {standby.report.get('error')}")
-        return
-    if not standby.alive():  # ended after its report: another one, the old server serves on
-        if not sup.replace_dead_standby(standby):
-            sup.refuse(sup.fork_error)
-        return
-    # the next server prepared, vLLM's verdict on it in, before the old one is asked to stop
-    why = sup.vet(launch, sup.opts.prepare)
-    if why == RETRY:  # kept pending: the next standby prepares it once it has imported
-        return
-    if why:
-        sup.refuse(why)
-        return
-    prepared = sup.state["prepared"]
-    if prepared["checked"]:  # what the old server's last seconds were spent on
-        say(f"standby {standby.pid} prepared the next server in {prepared['seconds']:.2f} s "
-            f"({', '.join(prepared['steps'])}); stopping the old one")  # fmt: skip
-    sup.pending = None
-    code, took = stop(sup.pid, sup.opts.stop_timeout)
-    if _stop_asked():  # a stop came while the old server stopped: no new one
-        sup.pid = 0
-        raise Stopped()
-    if not sup.start_next(launch):
-        raise RuntimeError(f"relaunch: old server stopped in {took:.2f} s; no new server")
-    say(f"relaunch: old server stopped in {took:.2f} s (status {code}); {sup.started()}")
-    sup.prepare_later()  # the next relaunch's standby imports while this server serves
-    sup.answered()
-    sup.write_state("relaunched")
-
-
-def _server_exited(sup: Supervisor) -> int | None:
-    """The server's exit code once it has ended by itself (its group stopped), else None."""
-    status = exited(sup.pid)
-    if status is None:
-        return None
-    code = status_code(status)
-    if group_alive(sup.pid):
-        stop(sup.pid, sup.opts.stop_timeout)
-    forget(sup.pid)
-    return code
-
-
 def supervise(sup: Supervisor) -> int:
     say(sup.started())
     sup.prepare_later()  # the first relaunch's standby
     sup.write_state("started")
-    if sup.pending is not None:  # a SIGHUP during the first start: handled now
-        sup.pending = None
-        os.kill(os.getpid(), signal.SIGHUP)
-        sup.unanswered -= 1
+    sup.sighup_again()
     while True:
         if sup.standby is None and sup.standby_wanted():
             sup.prepare()  # (a delayed one: due now, or its server is ready)
         sup.check_standby()
         if sup.pending is not None and sup.check_standby():
-            _relaunch(sup)
+            sup.relaunch()
             continue
-        if sup.checks_asked and sup.standby is None and sup.standby_due != float("inf"):
-            sup.standby_due = 0.0  # a delayed standby: forked now for the check
+        if sup.standby_for_check():  # a delayed standby: forked now for the check
             continue
         if sup.checks_asked and (sup.standby is None or sup.check_standby()):
             sup.answer_checks()
@@ -1242,39 +1315,20 @@ def supervise(sup: Supervisor) -> int:
         if sup.pending is not None and sup.standby is None:  # none could be forked
             sup.refuse(sup.fork_error or "no standby")
             continue
-        if sup.standby is not None and sup.standby.report is None:  # importing: look again soon
-            info = signal.sigtimedwait(HANDLED, 0.1)
-        elif sup.standby is None and sup.standby_due != float("inf"):  # a delayed one
-            info = signal.sigtimedwait(HANDLED, max(0.0, sup.standby_wake() - time.monotonic()))
-        else:
-            info = signal.sigwaitinfo(HANDLED)
+        info = sup.wait_signal()
         if info is None:
             continue
         sig = info.si_signo
         if sig == signal.SIGCHLD:
-            code = _server_exited(sup)
+            code = sup.child_exited()
             if code is not None:  # the server ended by itself: so does the launcher
-                sup.discard_standby(wait=5)
-                say(f"server exited with status {code}")
                 return code
-            standby = sup.standby
-            if standby is not None and standby.ready and not standby.alive():
-                sup.replace_dead_standby(standby)
             continue
         if sig == signal.SIGUSR1:
-            sup.checks_asked += 1
+            sup.check_asked()
             continue
         if sig == signal.SIGHUP:
-            sup.unanswered += 1
-            launch, why = sup.next_launch()
-            if launch is None:
-                sup.refuse(why)  # the latest file wins over one still waiting
-                continue
-            sup.pending = launch
-            if sup.standby is None or (sup.standby.report and not sup.standby.ready):
-                sup.discard_standby()  # a failed one is tried again for this relaunch
-                sup.deaths = 0
-                sup.prepare()
+            sup.relaunch_asked()
             continue
         raise Stopped()  # SIGTERM / SIGINT
 
@@ -1305,11 +1359,7 @@ def main(argv: list[str]) -> int:
             return 1
         return supervise(sup)
     except Stopped:
-        if sup.pid and exited(sup.pid) is None:
-            code, took = stop(sup.pid, opts.stop_timeout)
-            say(f"stopped the server in {took:.2f} s (status {code})")
-        else:
-            say("stopped before a server ran")
+        sup.stop_server()
         sup.discard_standby(wait=5)
         return 0
     except RuntimeError as exc:

@@ -80,25 +80,25 @@ def group_id(group: str) -> int | None:
 def _group_problem(group: str) -> str | None:
     gid = group_id(group)
     if gid is None:
-        return f"--socket-group {group}: no such group"
+        return f"socket_group {group}: no such group"
     if os.geteuid() != 0 and gid != os.getegid() and gid not in os.getgroups():
         return (
-            f"--socket-group {group}: this process is not in that group, so it cannot give "
+            f"socket_group {group}: this process is not in that group, so it cannot give "
             "it its sockets (its unit's SupplementaryGroups=)"
         )
     return None
 
 
 def check(cfg: WakerConfig) -> None:
-    """Every problem of the options, before anything is bound or written (one line)."""
+    """Every problem of the configuration, before anything is bound or written (one line)."""
     problems: list[str] = []
     if cfg.socket_group is not None and (why := _group_problem(cfg.socket_group)):
         problems.append(why)
     if cfg.idle_after > 0 and (cfg.activity_socket is None or cfg.flags.sleep_request is None):
-        problems.append("--idle-after needs --activity-socket and --sleep-request")
-    sockets = [(cfg.socket, socket.SOCK_STREAM, "--socket")]
+        problems.append("idle_after needs activity_socket and flags.sleep_request")
+    sockets = [(cfg.socket, socket.SOCK_STREAM, "socket")]
     if cfg.activity_socket is not None:
-        sockets.append((cfg.activity_socket, socket.SOCK_DGRAM, "--activity-socket"))
+        sockets.append((cfg.activity_socket, socket.SOCK_DGRAM, "activity_socket"))
     files = cfg.flags.paths() + [s for s, _, _ in sockets]
     if len({p.resolve() for p in files}) != len(files):
         problems.append("the flag, request and socket paths must all differ")
@@ -115,7 +115,7 @@ def check(cfg: WakerConfig) -> None:
         elif path.parent.is_dir() and (why := _socket_problem(path, kind)):
             problems.append(f"{option} {path}: {why}")
     if cfg.textfile_dir and not os.access(cfg.textfile_dir, os.W_OK):
-        problems.append(f"--textfile-dir {cfg.textfile_dir}: not writable")
+        problems.append(f"textfile_dir {cfg.textfile_dir}: not writable")
     if problems:
         raise WarmctlError("waker: " + "; ".join(problems), kind="input")
 

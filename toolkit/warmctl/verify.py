@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from warmctl.client import PROXY_ASLEEP_WAKEABLE, Client
+from warmctl.client import Client
 from warmctl.errors import WarmctlError
 from warmctl.firststeady import first_then_steady, first_vs_steady
+from warmctl.gate import WAKEABLE_HEALTH
 from warmctl.stream import StreamResult, percentile, stream_completion
 
 PASS, FAIL, ASLEEP, ERROR = "PASS", "FAIL", "ASLEEP", "ERROR"
@@ -162,7 +163,7 @@ def _wakes_on_request(client: Client) -> bool:
     """The proxy's /health says the instance sleeps until a request wakes it: a measurement
     would wake it and time the wake (any other answer, or none: the usual wait decides)."""
     try:
-        return client.health() == PROXY_ASLEEP_WAKEABLE
+        return client.health() == WAKEABLE_HEALTH
     except WarmctlError:
         return False
 

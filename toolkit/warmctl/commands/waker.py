@@ -186,9 +186,10 @@ def command(
 
     def body() -> int:
         from warmctl.errors import WarmctlError
+        from warmctl.gate import Flags
         from warmctl.target import parse_target
-        from warmctl.waker.flags import Flags
         from warmctl.waker.service import WakerConfig, run
+        from warmctl.waker.wakehere import WakeHere
 
         parsed = parse_target(target)
         if parsed.prefix or parsed.scheme != "http":
@@ -202,12 +203,9 @@ def command(
             sleep_request=Path(sleep_request) if sleep_request else None,
             holding=Path(holding) if holding else None,
         )
-        wake_argv = None
+        wake = None
         if wake_here:
-            wake_argv = ["wake", target, "--gate", closed, "--gate", wakeable, "--cause", "request"]
-            wake_argv += ["--output-check", check_file] if check_file else []
-            wake_argv += ["--textfile-dir", textfile_dir] if textfile_dir else []
-            wake_argv += ["--instance", instance_name] if instance_name else []
+            wake = WakeHere(target, (closed, wakeable), check_file, textfile_dir, instance_name)
         elif check_file:
             raise WarmctlError("--output-check goes with --wake-here", kind="input")
         cfg = WakerConfig(
@@ -220,7 +218,7 @@ def command(
             hold=hold,
             failed_backoff=failed_backoff,
             textfile_dir=textfile_dir,
-            wake_argv=wake_argv,
+            wake=wake,
             socket_group=socket_group,
             max_connections=max_connections,
         )

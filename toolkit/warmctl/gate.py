@@ -288,6 +288,8 @@ def refusal(message: str, state: str, **more: Any) -> ProxyAnswer:
     return ProxyAnswer(503, {"error": error, "state": state, **more})
 
 
+# the state of /health's 200 while asleep and a request wakes it (warmctl.client.health)
+WAKEABLE_HEALTH = "asleep"
 TO_WAKER = ProxyAnswer(418)  # nginx's error_page 418 = @wake: the waker holds the request
 
 
@@ -309,8 +311,40 @@ def proxy_answers(name: str, wake_hold: object) -> dict[str, tuple[ProxyAnswer, 
     }
 
 
-# the state of /health's 200 while asleep and a request wakes it (warmctl.client.health)
-WAKEABLE_HEALTH = "asleep"
+# the instance's facts (warmctl.facts) that hold each flag's path; the proxy tests the ones
+# it has: wakeable with wake on request, holding with a single host's restart hold
+FACT_OF_FLAG = {CLOSED: "gate", WAKEABLE: "wakeable", HOLDING: "holding", WARMING: "warming",
+                DRAINING: "draining"}  # fmt: skip
+_FACT_ON = {WAKEABLE: "wake_on_request", HOLDING: "restart_hold"}
+# nginx's value of $vllm_gate for a flag, when it is not the state itself
+_NGINX_VALUE = {WAKEABLE: "$vllm_wakeable", DRAINING: "draining$vllm_proxy_verify"}
+_NGINX_NOTE = {
+    HOLDING: "a restart or relaunch runs: held (the waker) until it ends, warming included",
+    DRAINING: "out of rotation (warmctl verify's requests pass it: draining-verify)",
+}
+
+
+def nginx_gate(facts: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The gate of one instance as the nginx template prints it (the collection's filter
+    `vllm_gate_answers`), strongest first: per flag its path, nginx's `$vllm_gate` value, a
+    note, and the `return` of /v1/* and of /health in that state."""
+    answers = proxy_answers(str(facts["name"]), facts["wake_hold"])
+    out = []
+    for kind in FLAGS:
+        if kind.suffix in _FACT_ON and not facts[_FACT_ON[kind.suffix]]:
+            continue
+        v1, health = answers[kind.state]
+        out.append({
+            "state": kind.state,
+            "flag": str(facts[FACT_OF_FLAG[kind.suffix]]),
+            "value": _NGINX_VALUE.get(kind.suffix, kind.state),
+            "note": _NGINX_NOTE.get(kind.suffix, ""),
+            "v1": v1.nginx,
+            "health": health.nginx,
+        })  # fmt: skip
+    return out
+
+
 # the states a proxy's 503 names: asleep (the sleep gate), or out of a load balancer's rotation
 ASLEEP_STATES = ("asleep",)
 OUT_OF_ROTATION_STATES = ("draining", "warming", "holding")

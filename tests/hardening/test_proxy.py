@@ -252,6 +252,48 @@ def test_sleep_under_streaming_load_cuts_nothing(run, proxied: dict[str, Any]) -
     assert result.exit_code == 0, result.output
 
 
+def test_status_tells_the_gate_state_and_version_through_the_proxy(
+    run, proxied: dict[str, Any]
+) -> None:
+    """The proxy passes no dev route and no /version. Through it, status says the gate's state
+    the proxy answers with (asleep, draining: no error); on the host, the flags (since when,
+    why: the window and level) and vLLM itself behind the proxy (--upstream: its version)."""
+    double, closed = proxied["double"], proxied["gate"]
+    door = [proxied["address"], "--api-key", TOKEN]
+    local = ["--gate-dir", str(closed.parent), "--instance", "tiny", "--upstream", double.address]
+
+    def report(*args: str) -> dict[str, Any]:
+        result = run("status", *args, "--json")
+        assert result.exit_code == 0, result.output
+        [r] = json.loads(result.stdout)["results"]
+        return r
+
+    awake = report(*door, *local)
+    assert (awake["version"], awake["sleep"], awake["sleeping"]) == ("0.26.0", "awake", False)
+    assert report(*door)["version"] is None  # the proxy's door alone: no /version
+    slept = run("sleep", double.address, "--level", "2", "--gate", str(closed), "--cause",
+                "window", "--window", "nights")  # fmt: skip
+    assert slept.exit_code == 0, slept.output
+    outside = report(*door)
+    assert outside["proxy"] == "asleep" and outside["error"] is None
+    assert outside["sleep"] == "asleep (the proxy's gate: requests refused)"
+    here = report(*door, *local)
+    assert (here["version"], here["sleeping"], here["sleep_level"]) == ("0.26.0", True, 2)
+    assert here["gate"]["window"] == "nights" and here["gate"]["level"] == 2
+    assert here["sleep"].startswith("asleep (level 2) since ")
+    assert here["sleep"].endswith("(window nights; requests refused)"), here["sleep"]
+    table = run("status", *door, *local)
+    assert "0.26.0" in table.stdout and "window nights" in table.stdout, table.stdout
+    # the gate shut on a server that is awake (a wake that failed after the engine woke)
+    with double.lock:
+        double.awake_tags = {"weights", "kv_cache"}  # woken by hand
+    assert report(*door, *local)["sleep"].startswith("closed (the server is awake) since ")
+    closed.unlink()
+    (closed.parent / "tiny.draining").write_text("draining\n")
+    assert report(*door)["sleep"] == "draining (out of rotation for a restart)"
+    assert report(*door, *local)["sleep"].startswith("draining since ")
+
+
 def test_status_through_the_proxy(run, proxied: dict[str, Any]) -> None:
     """The dev routes are 404 behind the proxy: status still reports health, model and load."""
     result = run("status", proxied["address"], "--api-key", TOKEN)

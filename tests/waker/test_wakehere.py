@@ -32,8 +32,15 @@ def test_the_waker_wakes_through_the_library(vllm_double: VllmDouble, tmp_path: 
     gate.wakeable.write_text("sleep cause=idle level=2\n")
     toolkit = Path(__file__).resolve().parents[2] / "toolkit"
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, f"127.0.0.1:{vllm_double.port}", str(gate.closed),
-         str(gate.wakeable), str(textfiles)],  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            SCRIPT,
+            f"127.0.0.1:{vllm_double.port}",
+            str(gate.closed),
+            str(gate.wakeable),
+            str(textfiles),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

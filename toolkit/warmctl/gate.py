@@ -170,6 +170,7 @@ class Flags:
 # -- reading a flag ----------------------------------------------------------------------------
 _CAUSE = re.compile(r"\bcause=([a-z]+)")
 _LEVEL = re.compile(r"\blevel=([12])\b")
+WINDOW_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # a window's name in a flag's text
 _WINDOW = re.compile(r"\bwindow=([A-Za-z0-9_.-]+)")
 # what read_flag reads of a flag at most (its text is one line)
 FLAG_TEXT_MAX = 4096

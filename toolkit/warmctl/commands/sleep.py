@@ -86,12 +86,16 @@ def _sleep(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json:
            gate_path: str | None, check_file: str | None, next_wake: str | None,
            textfile_dir: str | None, instance_name: str | None, **opts: Any) -> int:  # fmt: skip
     from warmctl.actions import SleepOptions, sleep_lines
+    from warmctl.errors import WarmctlError
+    from warmctl.gate import WINDOW_NAME
     from warmctl.options import check_instance_name, write_metrics
     from warmctl.output import report_hosts
     from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, SleepReport
     from warmctl.waits import board
 
     targets = resolve_targets(hosts)
+    if opts["window"] and not WINDOW_NAME.fullmatch(opts["window"]):
+        raise WarmctlError(f"--window {opts['window']!r}: a window's name", kind="input")
     check_instance_name(instance_name, targets)
     one_instance("--gate", gate_path, targets)
     one_instance("--output-check", check_file, targets)

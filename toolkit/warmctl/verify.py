@@ -26,6 +26,16 @@ from warmctl.gate import WAKEABLE_HEALTH
 from warmctl.stream import StreamResult, percentile, stream_completion
 
 PASS, FAIL, ASLEEP, ERROR = "PASS", "FAIL", "ASLEEP", "ERROR"
+# the one rule of a result: what passes (ASLEEP: not measured, and nothing failed: with
+# `asleep_ok`, and always in the metrics' `ok`), and the instance's state it tells
+PASSING = (PASS, ASLEEP)
+STATE_OF = {PASS: "awake", FAIL: "awake", ASLEEP: "asleep"}
+
+
+def passes(status: str, asleep_ok: bool = True) -> bool:
+    return status in (PASSING if asleep_ok else (PASS,))
+
+
 VERIFY_PROMPT = (
     "Write a short status note for the on-call engineer about the inference service: which "
     "hosts were deployed today, whether the first request after the deploy was fast, and what "
@@ -295,7 +305,6 @@ def exit_code(
     statuses = [r["status"] if isinstance(r, Mapping) else r.status for r in reports]
     if ERROR in statuses:
         return 2
-    passing = (PASS, ASLEEP) if asleep_ok else (PASS,)
-    if all(s in passing for s in statuses):
+    if all(passes(s, asleep_ok) for s in statuses):
         return 0
     return 1

@@ -276,7 +276,8 @@ def test_status_tells_the_gate_state_and_version_through_the_proxy(
     assert slept.exit_code == 0, slept.output
     outside = report(*door)
     assert outside["proxy"] == "asleep" and outside["error"] is None
-    assert outside["sleep"] == "asleep (the proxy's gate: requests refused)"
+    # vLLM's own /metrics pass the shut gate: its sleep level, without waking it
+    assert outside["sleep"] == "asleep (level 2; the proxy's gate: requests refused)"
     here = report(*door, *local)
     assert (here["version"], here["sleeping"], here["sleep_level"]) == ("0.26.0", True, 2)
     assert here["gate"]["window"] == "nights" and here["gate"]["level"] == 2
@@ -288,6 +289,7 @@ def test_status_tells_the_gate_state_and_version_through_the_proxy(
     with double.lock:
         double.awake_tags = {"weights", "kv_cache"}  # woken by hand
     assert report(*door, *local)["sleep"].startswith("closed (the server is awake) since ")
+    assert report(*door)["sleep"] == "closed (the proxy's gate; the server is awake)"
     closed.unlink()
     (closed.parent / "tiny.draining").write_text("draining\n")
     assert report(*door)["sleep"] == "draining (out of rotation for a restart)"

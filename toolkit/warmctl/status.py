@@ -15,10 +15,10 @@ from warmctl.gate import WAKEABLE_HEALTH, GateState
 DEV_MODE_OFF = "unknown (dev mode off)"
 # what the proxy's own answer (no flag read) says of each gate state
 PROXY_TEXT = {
-    "asleep": "asleep (the proxy's gate: requests refused)",
-    "holding": "holding (a restart or relaunch runs: requests held)",
-    "warming": "warming (the unit's warmup runs)",
-    "draining": "draining (out of rotation for a restart)",
+    "asleep": "the proxy's gate: requests refused",
+    "holding": "a restart or relaunch runs: requests held",
+    "warming": "the unit's warmup runs",
+    "draining": "out of rotation for a restart",
 }
 
 
@@ -49,8 +49,11 @@ class StatusReport:
                 return g.text.replace(g.state, "closed (the server is awake)", 1)
             level = f" (level {self.sleep_level})" if self.sleep_level else ""
             return g.text.replace(g.state, f"{g.state}{level}", 1)
+        if self.proxy == "asleep" and self.sleeping is False:
+            return "closed (the proxy's gate; the server is awake)"
         if self.proxy in PROXY_TEXT:
-            return PROXY_TEXT[self.proxy]
+            level = f"level {self.sleep_level}; " if self.sleep_level else ""
+            return f"{self.proxy} ({level}{PROXY_TEXT[self.proxy]})"
         if self.sleeping is None:
             return self.sleep_note or "unknown"
         if self.sleeping:
@@ -93,6 +96,7 @@ def status(
         if err.gate is not None and err.status == 503:
             report.proxy = err.gate  # the proxy answers for the instance: a state, no error
             report.sleeping = True if err.gate == "asleep" else None
+            _behind_gate(client, report)
         elif gate is not None and gate.state in ("asleep", "waking") and err.kind == "refused":
             report.sleeping = True  # asleep the CPU way (its unit stopped): no error
         else:
@@ -127,6 +131,19 @@ def _door(client: Client, report: StatusReport) -> None:
     report.running, report.waiting = metrics.running, metrics.waiting
     if report.sleeping and metrics.sleep_level in (1, 2):
         report.sleep_level = metrics.sleep_level
+
+
+def _behind_gate(client: Client, report: StatusReport) -> None:
+    """The proxy answers for the instance (its gate is shut): vLLM's own /metrics still pass
+    it (no wake), for its load and sleep level; a stopped server has none."""
+    try:
+        metrics = client.metrics()
+    except WarmctlError:
+        return
+    report.running, report.waiting = metrics.running, metrics.waiting
+    if metrics.sleep_state is not None:
+        report.sleeping = metrics.sleep_state != "awake"
+        report.sleep_level = metrics.sleep_level if report.sleeping else None
 
 
 def _upstream(upstream: Client, report: StatusReport) -> None:

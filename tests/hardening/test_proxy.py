@@ -141,11 +141,14 @@ def test_closed_gate_answers_503_with_retry_after(proxied: dict[str, Any]) -> No
     assert ok.status_code == 200 and "Retry-After" not in ok.headers
 
 
-def test_stopped_instance_answers_503_with_retry_after(proxied: dict[str, Any]) -> None:
+def test_stopped_instance_answers_503_with_retry_after(run, proxied: dict[str, Any]) -> None:
     proxied["double"].stop()
     r = requests.get(proxied["url"] + "/v1/models", headers=auth(), timeout=10)
     assert r.status_code == 503 and r.headers["Retry-After"] == "7"
     assert "not running" in r.json()["error"]["message"]
+    # no gate state: status reports the instance down (no flag says it sleeps)
+    status = run("status", proxied["address"], "--api-key", TOKEN)
+    assert status.exit_code == 2 and "not running" in status.stderr, status.output
 
 
 def test_streams_pass_token_by_token(proxied: dict[str, Any]) -> None:

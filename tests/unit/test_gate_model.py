@@ -13,7 +13,7 @@ import pytest
 from tests.hardening.proxy_support import render_proxy
 
 from warmctl.client import Answer, http_error
-from warmctl.gate import FLAGS, GateFiles, proxy_answers, read_state
+from warmctl.gate import FLAGS, GateFiles, proxy_answers, read_state, stopped, waker_refusals
 from warmctl.target import parse_target
 
 # a single proxied GPU host with idle sleep: every flag of the model is one the proxy tests
@@ -77,3 +77,14 @@ def test_status_and_the_waker_agree_with_the_precedence(present: tuple, tmp_path
     expected = {"wakeable": "asleep"}.get(strongest.state, strongest.state)
     assert status.state == expected
     assert status.flag is not None and status.flag.path == files.path(strongest.suffix)
+
+
+def test_the_proxys_refusals_are_the_models() -> None:
+    """@wake_refused (the waker's hold refused the request) and @unavailable (nothing runs)."""
+    conf = _conf()
+    where = _location(conf, "location @wake_refused")
+    refused = re.findall(r"if \(\$vllm_wake = ([\w-]+)\) \{\n\s+return (.+);\n", where)
+    model = waker_refusals("tiny", 120)
+    assert refused == [(k, model[k].nginx) for k in model if k]  # a single host: relaunch too
+    assert where.endswith(f"        return {model[''].nginx};")
+    assert f"return {stopped('tiny').nginx};" in _location(conf, "location @unavailable")

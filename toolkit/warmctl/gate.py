@@ -325,10 +325,50 @@ _NGINX_NOTE = {
 }
 
 
-def nginx_gate(facts: Mapping[str, Any]) -> list[dict[str, str]]:
+def waker_refusals(name: str, wake_hold: object) -> dict[str, ProxyAnswer]:
+    """What the proxy answers a request the waker refused (its 403's X-Warmctl-Wake: the hold's
+    outcome), in the template's order; "" is any other (its failure, or no answer)."""
+    return {
+        "relaunch-failed": refusal(
+            f"{name} was restarting and no server answers since; retry later", "relaunch-failed"
+        ),
+        "relaunch-timeout": refusal(
+            f"{name} is still restarting after {wake_hold} s; retry later", "relaunch-timeout"
+        ),
+        "timeout": refusal(
+            f"{name} did not wake within {wake_hold} s; retry later", "wake-timeout"
+        ),
+        "refused": proxy_answers(name, wake_hold)["asleep"][0],
+        "": refusal(f"{name} could not be woken; retry later", "waking-failed"),
+    }
+
+
+def stopped(name: str) -> ProxyAnswer:
+    """The instance is stopped or (re)starting: nothing answers behind the proxy."""
+    return refusal(f"{name} is not running; retry later", "stopped")
+
+
+def nginx_gate(facts: Mapping[str, Any]) -> dict[str, Any]:
     """The gate of one instance as the nginx template prints it (the collection's filter
-    `vllm_gate_answers`), strongest first: per flag its path, nginx's `$vllm_gate` value, a
-    note, and the `return` of /v1/* and of /health in that state."""
+    `vllm_gate_answers`). `flags`, strongest first: per flag its path, nginx's `$vllm_gate`
+    value, a note, and the `return` of /v1/* and of /health in that state; `refused`: the
+    `return` per outcome of the waker's hold that refuses (`failed`: any other); `stopped`."""
+    name, hold = str(facts["name"]), facts["wake_hold"]
+    relaunch = ("relaunch-failed", "relaunch-timeout") if facts["restart_hold"] else ()
+    refused = waker_refusals(name, hold)
+    return {
+        "flags": _nginx_flags(facts),
+        "refused": [
+            {"outcome": k, "answer": a.nginx}
+            for k, a in refused.items()
+            if k and (k in relaunch or not k.startswith("relaunch"))
+        ],
+        "failed": refused[""].nginx,
+        "stopped": stopped(name).nginx,
+    }
+
+
+def _nginx_flags(facts: Mapping[str, Any]) -> list[dict[str, str]]:
     answers = proxy_answers(str(facts["name"]), facts["wake_hold"])
     out = []
     for kind in FLAGS:
@@ -355,6 +395,7 @@ def proxy_state(body: Any) -> str | None:
     """The gate's state a proxy's answer names (its JSON's `state`), None for vLLM's own."""
     state = body.get("state") if isinstance(body, dict) else None
     known = {k.state for k in FLAGS} | {"stopped"}
+    known |= {a.body["state"] for a in waker_refusals("", 0).values() if a.body}
     return state if isinstance(state, str) and state in known else None
 
 

@@ -10,9 +10,10 @@ from typing import Any
 
 from warmctl.client import Client
 from warmctl.errors import WarmctlError
-from warmctl.gate import WAKEABLE_HEALTH, GateState
+from warmctl.gate import FLAGS, WAKEABLE_HEALTH, GateState
 
 DEV_MODE_OFF = "unknown (dev mode off)"
+GATE_STATES = {k.state for k in FLAGS}  # the proxy answers for the instance (not "stopped")
 # what the proxy's own answer (no flag read) says of each gate state
 PROXY_TEXT = {
     "asleep": "the proxy's gate: requests refused",
@@ -93,7 +94,7 @@ def status(
     try:
         _door(client, report)
     except WarmctlError as err:
-        if err.gate is not None and err.status == 503:
+        if err.gate in GATE_STATES and err.status == 503:
             report.proxy = err.gate  # the proxy answers for the instance: a state, no error
             report.sleeping = True if err.gate == "asleep" else None
             _behind_gate(client, report)

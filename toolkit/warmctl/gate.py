@@ -78,7 +78,6 @@ FLAGS: tuple[FlagKind, ...] = (
     FlagKind(WARMING, "warming", "the unit's warmup runs"),
     FlagKind(DRAINING, "draining", "out of rotation for a restart"),
 )
-KIND = {k.suffix: k for k in FLAGS}
 
 
 @dataclass(frozen=True)
@@ -471,17 +470,6 @@ def open_after(gates: Gate | Sequence[Gate] | None, action: Callable[[], T]) -> 
     for gate in [gates] if isinstance(gates, Gate) else gates or ():
         gate.open()
     return result
-
-
-def gates_for(paths: Sequence[str], targets: Sequence[object]) -> list[Gate]:
-    """The `--gate FILE...` of a command (`warmctl wake`: the asleep flag and the wakeable
-    one): all of one instance, so one HOST."""
-    if paths and len(targets) != 1:
-        raise WarmctlError(
-            f"--gate belongs to one instance: give exactly one HOST, not {len(targets)}",
-            kind="input",
-        )
-    return [Gate(p) for p in paths]
 
 
 def lock_path(gate: Gate, instance: str | None = None) -> Path:

@@ -26,6 +26,7 @@ from typing import Any
 from warmctl.calendar import CalendarError, to_oncalendar
 from warmctl.errors import WarmctlError
 from warmctl.facts import instance_facts
+from warmctl.gate import nginx_gate
 from warmctl.launcher.vllm_launch import parse_launch
 from warmctl.launchfile import launch_env
 from warmctl.roles import role_defaults, templates_dir
@@ -113,6 +114,7 @@ def _environment() -> Any:
             f"{COLLECTION}.vllm_env_quote": env_quote,
             f"{COLLECTION}.vllm_oncalendar": _oncalendar,
             f"{COLLECTION}.vllm_launch_env": launch_env,
+            f"{COLLECTION}.vllm_gate_answers": nginx_gate,
         }
     )
     return env

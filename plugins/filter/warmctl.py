@@ -6,6 +6,8 @@ vllm_calendar_error: '' or the reason an expression is unusable (for preflight a
 vllm_instance_facts: an instance's plan (warmctl.facts, warmctl.serverplan: its names, ports,
 paths, the server's argv and environment, the launch and env files' content; vllm_preflight
 sets them once per host);
+vllm_gate_answers: an instance's proxy gate, its flags strongest first and what the proxy answers
+in each state (warmctl.gate: the nginx template prints it);
 vllm_validate: every problem of a host's role variables, one line each (warmctl.validate);
 vllm_role_var: a role variable as the host has it, else the collection's default (warmctl.roles);
 vllm_support: the vLLM release a host runs, judged against the support matrix (warmctl.vllmmatrix);
@@ -55,6 +57,7 @@ from ansible.errors import AnsibleFilterError  # noqa: E402
 from warmctl.calendar import CalendarError, calendar_error, to_oncalendar  # noqa: E402
 from warmctl.facts import instance_facts  # noqa: E402
 from warmctl.fleet import host_results, role_options, verify_argv  # noqa: E402
+from warmctl.gate import nginx_gate  # noqa: E402
 from warmctl.roles import role_defaults  # noqa: E402
 from warmctl.unitfile import env_quote, systemd_quote  # noqa: E402
 from warmctl.validate import validate  # noqa: E402
@@ -138,6 +141,7 @@ class FilterModule:
             "vllm_oncalendar": vllm_oncalendar,
             "vllm_calendar_error": calendar_error,
             "vllm_instance_facts": vllm_instance_facts,
+            "vllm_gate_answers": nginx_gate,
             "vllm_validate": vllm_validate,
             "vllm_role_var": vllm_role_var,
             "vllm_support": vllm_support,

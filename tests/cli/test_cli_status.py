@@ -27,9 +27,20 @@ def test_status_json_reports_load_and_sleep(run, vllm_double: VllmDouble) -> Non
 
 def test_status_dev_mode_off_says_unknown(run, vllm_double: VllmDouble) -> None:
     vllm_double.config.dev_mode = False
+    vllm_double.config.sleep_state_metric = False
     result = run("status", vllm_double.address)
     assert result.exit_code == 0
     assert "unknown (dev mode off)" in result.stdout
+
+
+def test_status_dev_mode_off_reads_the_sleep_gauge(run, vllm_double: VllmDouble) -> None:
+    """Behind a proxy (its dev routes 404), vLLM's own vllm:engine_sleep_state still tells."""
+    vllm_double.config.dev_mode = False
+    vllm_double.put_to_sleep(2)
+    result = run("status", vllm_double.address, "--json")
+    [r] = json.loads(result.stdout)["results"]
+    assert result.exit_code == 0, result.output
+    assert (r["sleeping"], r["sleep_level"], r["sleep"]) == (True, 2, "asleep (level 2)")
 
 
 def test_status_many_hosts_one_down(run, vllm_double_factory) -> None:
@@ -61,7 +72,7 @@ def test_status_engine_dead(run, vllm_double: VllmDouble) -> None:
 
 def test_status_from_inventory(run, vllm_double_factory, tmp_path) -> None:
     a = vllm_double_factory()
-    b = vllm_double_factory(dev_mode=False)
+    b = vllm_double_factory(dev_mode=False, sleep_state_metric=False)
     inv = tmp_path / "hosts.ini"
     inv.write_text(
         f"[vllm]\nllm-a ansible_host=127.0.0.1 warmctl_port={a.port}\n"

@@ -57,6 +57,11 @@ CASES: dict[str, Case] = {
         ("cannot lock the gate", "No such file")),
     "gate_is_a_folder": Case(lambda d, t: ["sleep", d.address, "--gate", str(t)],
                              ("cannot close the gate",)),
+    "sleep_bad_window": Case(lambda d, t: ["sleep", d.address, "--window", "a b;c"],
+                             ("--window 'a b;c'",)),
+    "status_upstream_two_hosts": Case(
+        lambda d, t: ["status", d.address, "127.0.0.1:9", "--upstream", d.address],
+        ("--upstream belongs to one HOST",)),
     "drain_without_gate": Case(lambda d, t: ["drain", d.address], ("'--gate'",), usage=True),
     "drain_two_hosts": Case(
         lambda d, t: ["drain", d.address, "127.0.0.1:9", "--gate", str(t / "g.draining")],

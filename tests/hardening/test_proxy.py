@@ -141,11 +141,14 @@ def test_closed_gate_answers_503_with_retry_after(proxied: dict[str, Any]) -> No
     assert ok.status_code == 200 and "Retry-After" not in ok.headers
 
 
-def test_stopped_instance_answers_503_with_retry_after(proxied: dict[str, Any]) -> None:
+def test_stopped_instance_answers_503_with_retry_after(run, proxied: dict[str, Any]) -> None:
     proxied["double"].stop()
     r = requests.get(proxied["url"] + "/v1/models", headers=auth(), timeout=10)
     assert r.status_code == 503 and r.headers["Retry-After"] == "7"
     assert "not running" in r.json()["error"]["message"]
+    # no gate state: status reports the instance down (no flag says it sleeps)
+    status = run("status", proxied["address"], "--api-key", TOKEN)
+    assert status.exit_code == 2 and "not running" in status.stderr, status.output
 
 
 def test_streams_pass_token_by_token(proxied: dict[str, Any]) -> None:
@@ -250,6 +253,50 @@ def test_sleep_under_streaming_load_cuts_nothing(run, proxied: dict[str, Any]) -
     result = run("verify", proxied["address"], "--api-key", TOKEN, "--steady", "3",
                  "--max-ratio", "50", "--max-first-ttft", "5")  # fmt: skip
     assert result.exit_code == 0, result.output
+
+
+def test_status_tells_the_gate_state_and_version_through_the_proxy(
+    run, proxied: dict[str, Any]
+) -> None:
+    """The proxy passes no dev route and no /version. Through it, status says the gate's state
+    the proxy answers with (asleep, draining: no error); on the host, the flags (since when,
+    why: the window and level) and vLLM itself behind the proxy (--upstream: its version)."""
+    double, closed = proxied["double"], proxied["gate"]
+    door = [proxied["address"], "--api-key", TOKEN]
+    local = ["--gate-dir", str(closed.parent), "--instance", "tiny", "--upstream", double.address]
+
+    def report(*args: str) -> dict[str, Any]:
+        result = run("status", *args, "--json")
+        assert result.exit_code == 0, result.output
+        [r] = json.loads(result.stdout)["results"]
+        return r
+
+    awake = report(*door, *local)
+    assert (awake["version"], awake["sleep"], awake["sleeping"]) == ("0.26.0", "awake", False)
+    assert report(*door)["version"] is None  # the proxy's door alone: no /version
+    slept = run("sleep", double.address, "--level", "2", "--gate", str(closed), "--cause",
+                "window", "--window", "nights")  # fmt: skip
+    assert slept.exit_code == 0, slept.output
+    outside = report(*door)
+    assert outside["proxy"] == "asleep" and outside["error"] is None
+    # vLLM's own /metrics pass the shut gate: its sleep level, without waking it
+    assert outside["sleep"] == "asleep (level 2; the proxy's gate: requests refused)"
+    here = report(*door, *local)
+    assert (here["version"], here["sleeping"], here["sleep_level"]) == ("0.26.0", True, 2)
+    assert here["gate"]["window"] == "nights" and here["gate"]["level"] == 2
+    assert here["sleep"].startswith("asleep (level 2) since ")
+    assert here["sleep"].endswith("(window nights; requests refused)"), here["sleep"]
+    table = run("status", *door, *local)
+    assert "0.26.0" in table.stdout and "window nights" in table.stdout, table.stdout
+    # the gate shut on a server that is awake (a wake that failed after the engine woke)
+    with double.lock:
+        double.awake_tags = {"weights", "kv_cache"}  # woken by hand
+    assert report(*door, *local)["sleep"].startswith("closed (the server is awake) since ")
+    assert report(*door)["sleep"] == "closed (the proxy's gate; the server is awake)"
+    closed.unlink()
+    (closed.parent / "tiny.draining").write_text("draining\n")
+    assert report(*door)["sleep"] == "draining (out of rotation for a restart)"
+    assert report(*door, *local)["sleep"].startswith("draining since ")
 
 
 def test_status_through_the_proxy(run, proxied: dict[str, Any]) -> None:

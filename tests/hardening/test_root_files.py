@@ -59,7 +59,8 @@ CHILD = textwrap.dedent(
 
     from warmctl.client import Client
     from warmctl.errors import WarmctlError
-    from warmctl.gate import Gate, drain_out_of_rotation, instance_lock, read_flag
+    from warmctl.actions import drain_out_of_rotation
+    from warmctl.gate import Gate, instance_lock, read_flag
     from warmctl.target import parse_target
     from warmctl import textfile
 

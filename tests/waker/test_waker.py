@@ -77,7 +77,7 @@ def test_eight_held_one_wake_all_released(
 
 def test_released_in_the_order_they_came(tmp_path: Path) -> None:
     """The hold itself (in-process, real files): held requests resume first in, first out."""
-    from warmctl.waker.flags import Flags
+    from warmctl.gate import Flags
     from warmctl.waker.hold import Hold
     from warmctl.waker.metrics import WakerMetrics
 

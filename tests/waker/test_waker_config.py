@@ -51,7 +51,7 @@ def test_the_rendered_config_is_the_plan_and_wakes_as_the_wake_service(
     )
     assert cfg.socket_group == "www-data" and cfg.textfile_dir == str(tmp_path)
     if device == "cpu":  # a CPU host's wake is the unit's start: systemd's
-        assert cfg.wake_argv is None
+        assert cfg.wake is None
         return
     # vLLM sleep mode: the waker wakes it itself, exactly as the window's wake service would,
     # but for its cause
@@ -59,5 +59,10 @@ def test_the_rendered_config_is_the_plan_and_wakes_as_the_wake_service(
 
     unit = r.files["/etc/systemd/system/vllm-idler-wake-nights.service"]
     service = systemd_split(unit_values(unit, "Service", "ExecStart")[0])[1:]
-    cause = service.index("--cause") + 1
-    assert cfg.wake_argv == [*service[:cause], "request", *service[cause + 1 :]]
+    assert service[:2] == ["wake", cfg.wake.target]
+    gates = tuple(service[i + 1] for i, a in enumerate(service) if a == "--gate")
+    assert cfg.wake.gates == gates
+    check = service[service.index("--output-check") + 1] if "--output-check" in service else None
+    assert cfg.wake.check_file == check
+    assert cfg.wake.textfile_dir == service[service.index("--textfile-dir") + 1]
+    assert cfg.wake.instance == service[service.index("--instance") + 1] == "idler"

@@ -17,6 +17,7 @@ import requests
 from warmctl import transport
 from warmctl.errors import WarmctlError
 from warmctl.facts import SLEEP_LEVEL
+from warmctl.gate import ASLEEP_STATES, OUT_OF_ROTATION_STATES, proxy_state
 from warmctl.target import Target
 from warmctl.transport import Deadline, LimitHit
 
@@ -99,19 +100,6 @@ def transport_error(target: Target, path: str, exc: BaseException, timeout: floa
     return WarmctlError(f"{label}: cannot reach {path}: {_short(exc)}", kind="refused")
 
 
-# /health of an instance asleep that a request wakes (wake on request, docs/IDLE-SLEEP.md): 200
-# {"state": "asleep", "wakes_on_request": true}; its /v1/* requests are held and wake it
-PROXY_ASLEEP_WAKEABLE = "asleep"
-# what the proxy (templates/nginx-vllm.conf.j2) answers while an instance sleeps: 503 with
-# "<name> is asleep; retry later" (a stopped or starting one says "is not running")
-GATE_ASLEEP = " is asleep; retry later"
-# ... and while a restart holds the instance out of a load balancer's rotation, or it warms up
-GATE_OUT_OF_ROTATION = (
-    " is draining (out of rotation); retry later",
-    " is warming up; retry later",
-)
-
-
 @dataclass(frozen=True)
 class Answer:
     """A whole answer, read within its deadline and byte cap."""
@@ -156,6 +144,13 @@ def error_detail(resp: Answer) -> str:
     return " ".join(str(msg).split())[:300]
 
 
+def _proxy_state(resp: Answer) -> str | None:
+    try:
+        return proxy_state(resp.json())
+    except ValueError:
+        return None
+
+
 def http_error(target: Target, path: str, resp: Answer, api_key: str | None) -> WarmctlError:
     label, code = target.label, resp.status_code
     if code in (401, 403):
@@ -179,16 +174,18 @@ def http_error(target: Target, path: str, resp: Answer, api_key: str | None) -> 
             status=code,
         )
     detail = error_detail(resp)
-    if code == 503 and detail.endswith(GATE_ASLEEP):
+    gate = _proxy_state(resp) if code == 503 else None  # the proxy's gate (warmctl.gate)
+    if gate in ASLEEP_STATES:
         return WarmctlError(
             f"{label}: asleep: the proxy's sleep gate is closed (HTTP 503 on {path}: {detail})",
             kind="asleep",
             status=code,
+            gate=gate,
         )
     if code >= 500:
         dead = "EngineDead" in detail or "engine" in detail.lower() or path == "/health"
         what = "engine dead or failing" if dead else "server error"
-        if code == 503 and detail.endswith(GATE_OUT_OF_ROTATION):
+        if gate in OUT_OF_ROTATION_STATES:
             what = "out of rotation (the proxy's gate)"  # kind stays "server": wait_ready waits
         hint = ""
         if path in ("/sleep", "/wake_up") and not dead:
@@ -197,6 +194,7 @@ def http_error(target: Target, path: str, resp: Answer, api_key: str | None) -> 
             f"{label}: {what}: HTTP {code} on {path}" + (f": {detail}" if detail else "") + hint,
             kind="server",
             status=code,
+            gate=gate,
         )
     return WarmctlError(
         f"{label}: HTTP {code} on {path}" + (f": {detail}" if detail else ""),
@@ -428,8 +426,8 @@ class Client:
     # -- plain routes ---------------------------------------------------------------------
     def health(self) -> str | None:
         """`/health` answers 200 (the API process is up; the model may still be loading).
-        Returns the state a host's proxy says in a 200 (`asleep`: asleep, and a request would
-        wake it: templates/nginx-vllm.conf.j2), None for vLLM's own answer (no body)."""
+        Returns the state a host's proxy says in a 200 (`WAKEABLE_HEALTH`: asleep, and a
+        request would wake it: warmctl.gate.proxy_answers), None for vLLM's own answer."""
         resp = self.request("GET", "/health")
         assert resp is not None
         try:

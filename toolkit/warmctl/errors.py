@@ -19,6 +19,7 @@ class WarmctlError(Exception):
         *,
         kind: str = "generic",
         status: int | None = None,
+        gate: str | None = None,
     ) -> None:
         one_line = " ".join(str(message).split())
         super().__init__(one_line)
@@ -26,6 +27,7 @@ class WarmctlError(Exception):
         self.exit_code = exit_code
         self.kind = kind
         self.status = status
+        self.gate = gate  # the state a host's proxy answered with (warmctl.gate.proxy_state)
 
     def __str__(self) -> str:
         return self.message

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, TypeVar
 
 import click
@@ -83,6 +84,38 @@ def cause_option(action: str) -> Callable[[F], F]:
         "that reached the instance asleep, a person): the metrics' cause label "
         f"(warmctl_{action}s_total) and the gate flag's text (`warmctl status --gate-dir`).",
     )
+
+
+def output_check_option(help_text: str) -> Callable[[F], F]:
+    """--output-check FILE of sleep and wake (the greedy answers recorded, then replayed)."""
+    return click.option(
+        "--output-check",
+        "check_file",
+        metavar="FILE",
+        envvar="WARMCTL_OUTPUT_CHECK",
+        show_envvar=True,
+        help=help_text,
+    )
+
+
+def lock_wait_line(label: str) -> Callable[[str], None]:
+    """What a sleep or wake says while it waits for another one of the same instance."""
+    return partial(_info, label)
+
+
+def _info(label: str, text: str) -> None:
+    from warmctl.output import info_line
+
+    info_line(f"{label}: {text}", True)
+
+
+def one_instance(option: str, given: object, targets: Sequence[Target]) -> None:
+    """An option that belongs to one instance (its gate, its recorded answers): one HOST."""
+    if given and len(targets) != 1:
+        raise WarmctlError(
+            f"{option} belongs to one instance: give exactly one HOST, not {len(targets)}",
+            kind="input",
+        )
 
 
 def textfile_options(fn: F) -> F:

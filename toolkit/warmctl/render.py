@@ -26,6 +26,7 @@ from typing import Any
 from warmctl.calendar import CalendarError, to_oncalendar
 from warmctl.errors import WarmctlError
 from warmctl.facts import InstanceFacts, instance_facts
+from warmctl.gate import nginx_gate
 from warmctl.roles import role_defaults, templates_dir
 from warmctl.unitfile import env_quote, systemd_quote
 
@@ -104,6 +105,7 @@ def _environment() -> Any:
             f"{COLLECTION}.vllm_systemd_quote": systemd_quote,
             f"{COLLECTION}.vllm_env_quote": env_quote,
             f"{COLLECTION}.vllm_oncalendar": _oncalendar,
+            f"{COLLECTION}.vllm_gate_answers": nginx_gate,
         }
     )
     return env

@@ -405,8 +405,10 @@ def record(
     if command == "verify":
         values = verify_values(report)
         status = str(report.get("status"))
-        ok = status in ("PASS", "ASLEEP")
-        state = {"PASS": "awake", "FAIL": "awake", "ASLEEP": "asleep"}.get(status, "error")
+        from warmctl.verify import STATE_OF, passes
+
+        ok = passes(status)
+        state = STATE_OF.get(status, "error")
     elif command == "warmup":
         ok = not failed
         values = {

@@ -19,12 +19,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from warmctl.client import PROXY_ASLEEP_WAKEABLE, Client
+from warmctl.client import Client
 from warmctl.errors import WarmctlError
 from warmctl.firststeady import first_then_steady, first_vs_steady
+from warmctl.gate import WAKEABLE_HEALTH
 from warmctl.stream import StreamResult, percentile, stream_completion
 
 PASS, FAIL, ASLEEP, ERROR = "PASS", "FAIL", "ASLEEP", "ERROR"
+# the one rule of a result: what passes (ASLEEP: not measured, and nothing failed: with
+# `asleep_ok`, and always in the metrics' `ok`), and the instance's state it tells
+PASSING = (PASS, ASLEEP)
+STATE_OF = {PASS: "awake", FAIL: "awake", ASLEEP: "asleep"}
+
+
+def passes(status: str, asleep_ok: bool = True) -> bool:
+    return status in (PASSING if asleep_ok else (PASS,))
+
+
 VERIFY_PROMPT = (
     "Write a short status note for the on-call engineer about the inference service: which "
     "hosts were deployed today, whether the first request after the deploy was fast, and what "
@@ -162,7 +173,7 @@ def _wakes_on_request(client: Client) -> bool:
     """The proxy's /health says the instance sleeps until a request wakes it: a measurement
     would wake it and time the wake (any other answer, or none: the usual wait decides)."""
     try:
-        return client.health() == PROXY_ASLEEP_WAKEABLE
+        return client.health() == WAKEABLE_HEALTH
     except WarmctlError:
         return False
 
@@ -294,7 +305,6 @@ def exit_code(
     statuses = [r["status"] if isinstance(r, Mapping) else r.status for r in reports]
     if ERROR in statuses:
         return 2
-    passing = (PASS, ASLEEP) if asleep_ok else (PASS,)
-    if all(s in passing for s in statuses):
+    if all(passes(s, asleep_ok) for s in statuses):
         return 0
     return 1

@@ -1,6 +1,9 @@
-"""`warmctl drain HOST --gate FILE`"""
+"""`warmctl drain HOST --gate FILE`: a thin command over `warmctl.actions.drain_out_of_rotation`."""
 
 from __future__ import annotations
+
+from functools import partial
+from typing import Any
 
 import click
 
@@ -8,6 +11,7 @@ from warmctl.options import (
     drain_timeout_option,
     guard,
     host_options,
+    one_instance,
     per_host,
     resolve_targets,
 )
@@ -48,36 +52,29 @@ def command(
     2 on any error.
     """
 
-    def body() -> int:
-        from warmctl.client import Client
-        from warmctl.gate import DrainReport, drain_out_of_rotation, gate_for
-        from warmctl.output import report_hosts
+    guard(partial(_drain, hosts, api_key, timeout, as_json, gate_path, drain_timeout))
 
-        targets = resolve_targets(hosts)
-        gate = gate_for(gate_path, targets)
-        assert gate is not None
 
-        def one(t: Target) -> DrainReport:
-            return drain_out_of_rotation(Client(t, api_key, timeout), gate, drain_timeout)
+def _drain(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json: bool,
+           gate_path: str, drain_timeout: float) -> int:  # fmt: skip
+    from warmctl.actions import DrainReport, drain_lines
+    from warmctl.gate import Gate
+    from warmctl.output import report_hosts
 
-        results = per_host(targets, one)
+    targets = resolve_targets(hosts)
+    one_instance("--gate", gate_path, targets)
+    gate = Gate(gate_path)
+    results = per_host(targets, partial(_one, gate, api_key, timeout, drain_timeout))
+    labels = [t.label for t in targets]
+    late = any(isinstance(r, DrainReport) and not r.drained for r in results)
+    lines = partial(drain_lines, drain_timeout=drain_timeout)
+    return report_hosts(
+        "drain", labels, results, DrainReport, lines, as_json=as_json, ok_code=int(late)
+    )
 
-        def lines(r: DrainReport) -> list[str]:
-            if not r.serving:
-                return [f"{r.target}: not serving, nothing to drain; gate {r.gate} closed"]
-            d = r.drain
-            assert d is not None
-            if d.drained:
-                return [f"{r.target}: drained in {d.seconds:.2f} s; gate {r.gate} closed"]
-            return [
-                f"{r.target}: NOT drained after --drain-timeout {drain_timeout:g} s: still "
-                f"{d.still()}; gate {r.gate} closed"
-            ]
 
-        labels = [t.label for t in targets]
-        late = any(isinstance(r, DrainReport) and not r.drained for r in results)
-        return report_hosts(
-            "drain", labels, results, DrainReport, lines, as_json=as_json, ok_code=int(late)
-        )
+def _one(gate: Any, api_key: str | None, timeout: float, drain_timeout: float, t: Target) -> Any:
+    from warmctl.actions import drain_out_of_rotation
+    from warmctl.client import Client
 
-    guard(body)
+    return drain_out_of_rotation(Client(t, api_key, timeout), gate, drain_timeout)

@@ -1,19 +1,21 @@
-"""`warmctl sleep HOST...`"""
+"""`warmctl sleep HOST...`: a thin command over `warmctl.actions.sleep_instance`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+from functools import partial
+from typing import Any
 
 import click
 
-from warmctl.errors import WarmctlError
 from warmctl.facts import SLEEP_LEVEL
 from warmctl.options import (
     cause_option,
     drain_timeout_option,
     guard,
     host_options,
+    lock_wait_line,
+    one_instance,
+    output_check_option,
     per_host,
     resolve_targets,
     textfile_options,
@@ -46,14 +48,9 @@ from warmctl.target import Target
     help="Close the gate and drain, but do not POST /sleep (servers that cannot sleep, e.g. "
     "on CPU: stop the unit afterwards).",
 )
-@click.option(
-    "--output-check",
-    "check_file",
-    metavar="FILE",
-    envvar="WARMCTL_OUTPUT_CHECK",
-    show_envvar=True,
-    help="Record the greedy answers (token ids, logprobs) of a few fixed prompts to FILE once "
-    "the server is drained, before /sleep; `warmctl wake --output-check FILE` replays them.",
+@output_check_option(
+    "Record the greedy answers (token ids, logprobs) of a few fixed prompts to FILE once "
+    "the server is drained, before /sleep; `warmctl wake --output-check FILE` replays them."
 )
 @click.option(
     "--next-wake",
@@ -62,23 +59,15 @@ from warmctl.target import Target
     "the metrics: written as warmctl_sleep_next_wake_timestamp_seconds, so an alert can tell "
     "a wake that did not happen (the window services pass it).",
 )
+@click.option(
+    "--window",
+    metavar="NAME",
+    help="The sleep window that puts it to sleep: written into the gate flag's text, so "
+    "`warmctl status --gate-dir` says which window.",
+)
 @cause_option("sleep")
 @textfile_options
-def command(
-    hosts: tuple[str, ...],
-    api_key: str | None,
-    timeout: float,
-    as_json: bool,
-    level: int,
-    drain_timeout: float,
-    gate_path: str | None,
-    drain_only: bool,
-    check_file: str | None,
-    next_wake: str | None,
-    cause: str,
-    textfile_dir: str | None,
-    instance_name: str | None,
-) -> None:
+def command(**params: Any) -> None:
     """Drain in-flight requests, then put a server to sleep.
 
     Waits until vllm:num_requests_running and vllm:num_requests_waiting are 0, and so is the
@@ -90,77 +79,46 @@ def command(
 
     Exit status: 0 asleep, 2 on any error (a drain that timed out included).
     """
+    guard(partial(_sleep, **params))
 
-    def body() -> int:
-        from warmctl.client import Client
-        from warmctl.gate import (
-            behind_closed_gate,
-            drain_only_report,
-            gate_for,
-            instance_lock,
-            sleep_reason,
-        )
-        from warmctl.options import check_instance_name, write_metrics
-        from warmctl.output import info_line, report_hosts
-        from warmctl.outputcheck import recorder
-        from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, SleepReport, sleep
-        from warmctl.waits import board, say_of
 
-        targets = resolve_targets(hosts)
-        check_instance_name(instance_name, targets)
-        gate = gate_for(gate_path, targets)
-        if check_file and len(targets) != 1:
-            raise WarmctlError(
-                f"--output-check belongs to one instance: give exactly one HOST, not "
-                f"{len(targets)}",
-                kind="input",
-            )
-        wake_at = _next_wake_timestamp(next_wake) if next_wake else None
+def _sleep(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json: bool,
+           gate_path: str | None, check_file: str | None, next_wake: str | None,
+           textfile_dir: str | None, instance_name: str | None, **opts: Any) -> int:  # fmt: skip
+    from warmctl.actions import SleepOptions, sleep_lines
+    from warmctl.errors import WarmctlError
+    from warmctl.gate import WINDOW_NAME
+    from warmctl.options import check_instance_name, write_metrics
+    from warmctl.output import report_hosts
+    from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, SleepReport
+    from warmctl.waits import board
 
-        def one(t: Target, say: Callable[[str], None] | None) -> SleepReport:
-            client = Client(t, api_key, timeout)
-            if drain_only:
-                return drain_only_report(client, drain_timeout, on_wait=say)
-            return sleep(
-                client,
-                level=level,
-                drain_timeout=drain_timeout,
-                op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
-                before_sleep=recorder(client, Path(check_file)) if check_file else None,
-                on_wait=say,
-            )
+    targets = resolve_targets(hosts)
+    if opts["window"] and not WINDOW_NAME.fullmatch(opts["window"]):
+        raise WarmctlError(f"--window {opts['window']!r}: a window's name", kind="input")
+    check_instance_name(instance_name, targets)
+    one_instance("--gate", gate_path, targets)
+    one_instance("--output-check", check_file, targets)
+    wake_at = _next_wake_timestamp(next_wake) if next_wake else None
+    options = SleepOptions(gate=gate_path, check_file=check_file, instance=instance_name,
+                           op_timeout=max(timeout, DEFAULT_OP_TIMEOUT), **opts)  # fmt: skip
+    with board(not as_json) as track:
+        results = per_host(targets, partial(_one, options, api_key, timeout, track))
+    metrics_code = write_metrics(textfile_dir, instance_name, "sleep", targets, results,
+                                 next_wake=wake_at, cause=options.cause)  # fmt: skip
+    lines = partial(sleep_lines, drain_only=options.drain_only)
+    labels = [t.label for t in targets]
+    code = report_hosts("sleep", labels, results, SleepReport, lines, as_json=as_json)
+    return max(code, metrics_code)
 
-        reason = sleep_reason(cause, None if drain_only else level)
 
-        def guarded(t: Target, say: Callable[[str], None] | None) -> SleepReport:
-            if gate is None:
-                return one(t, say)
-            with instance_lock([gate], lambda text: info_line(f"{t.label}: {text}", True)):
-                return behind_closed_gate(gate, lambda: one(t, say), reason)
+def _one(options: Any, api_key: str | None, timeout: float, track: Any, t: Target) -> Any:
+    from warmctl.actions import sleep_instance
+    from warmctl.client import Client
+    from warmctl.waits import say_of
 
-        with board(not as_json) as track:
-            results = per_host(targets, lambda t: guarded(t, say_of(track(t.label))))
-        metrics_code = write_metrics(
-            textfile_dir, instance_name, "sleep", targets, results, next_wake=wake_at, cause=cause
-        )
-
-        def lines(r: SleepReport) -> list[str]:
-            if drain_only:
-                return [f"{r.target}: drained in {r.total_s:.2f} s, gate closed"]
-            if r.already_asleep:
-                return [f"{r.target}: already asleep, nothing to do"]
-            steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps)
-            out = [f"{r.target}: asleep at level {r.level} ({steps})"]
-            if r.output_check:
-                c = r.output_check
-                out.append(f"{r.target}: recorded {c['prompts']} greedy answers to {c['file']}")
-            return out
-
-        labels = [t.label for t in targets]
-        code = report_hosts("sleep", labels, results, SleepReport, lines, as_json=as_json)
-        return max(code, metrics_code)
-
-    guard(body)
+    client = Client(t, api_key, timeout)
+    return sleep_instance(client, options, say_of(track(t.label)), lock_wait_line(t.label))
 
 
 def _next_wake_timestamp(expr: str) -> float:

@@ -1,27 +1,25 @@
-"""`warmctl wake HOST...`"""
+"""`warmctl wake HOST...`: a thin command over `warmctl.actions.wake_instance`."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import Any
 
 import click
 
-from warmctl.errors import WarmctlError
 from warmctl.options import (
     cause_option,
     guard,
     host_options,
+    lock_wait_line,
+    one_instance,
+    output_check_option,
     per_host,
     resolve_targets,
     textfile_options,
 )
 from warmctl.target import Target
 from warmctl.warmup_cli import warmup_kwargs, warmup_options
-
-if TYPE_CHECKING:
-    from warmctl.sleepwake import WakeReport
-    from warmctl.waits import Tracker
 
 
 @click.command(name="wake")
@@ -50,16 +48,11 @@ if TYPE_CHECKING:
     "warm, so the proxy passes requests again. Repeatable (the asleep flag and the wakeable "
     "one): all are removed, only after a wake that succeeded (an awake server's too).",
 )
-@click.option(
-    "--output-check",
-    "check_file",
-    metavar="FILE",
-    envvar="WARMCTL_OUTPUT_CHECK",
-    show_envvar=True,
-    help="Before the warmup and the gate: ask the prompts `warmctl sleep --output-check FILE` "
+@output_check_option(
+    "Before the warmup and the gate: ask the prompts `warmctl sleep --output-check FILE` "
     "recorded and fail (gate closed, exit 2) when a token id differs or a logprob moved more "
     "than --output-tolerance; the failure is kept in FILE and sleeps refuse to record until a "
-    "check passes again (after a restart). No recording in FILE: not checked (said so).",
+    "check passes again (after a restart). No recording in FILE: not checked (said so)."
 )
 @click.option(
     "--output-tolerance",
@@ -72,22 +65,7 @@ if TYPE_CHECKING:
 @cause_option("wake")
 @warmup_options
 @textfile_options
-def command(
-    hosts: tuple[str, ...],
-    api_key: str | None,
-    timeout: float,
-    as_json: bool,
-    level: str,
-    no_warmup: bool,
-    full_warmup: bool,
-    gate_paths: tuple[str, ...],
-    check_file: str | None,
-    output_tolerance: float,
-    cause: str,
-    textfile_dir: str | None,
-    instance_name: str | None,
-    **options: object,
-) -> None:
+def command(**params: Any) -> None:
     """Wake a sleeping server (reloading weights after level 2), then warm it.
 
     Level 1: POST /wake_up. Level 2: POST /wake_up?tags=weights, POST /collective_rpc
@@ -100,84 +78,43 @@ def command(
 
     Exit status: 0 awake (and warm), 2 on any error.
     """
+    guard(partial(_wake, **params))
 
-    def body() -> int:
-        from warmctl.client import Client
-        from warmctl.output import report_hosts
-        from warmctl.outputcheck import checker
-        from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, WakeReport, wake
-        from warmctl.warmup_cli import progress_display
 
-        kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
-        kwargs["light"] = not (full_warmup or "batch_sizes" in kwargs)
-        from warmctl.gate import gates_for, instance_lock, open_after
-        from warmctl.options import check_instance_name, write_metrics
-        from warmctl.output import info_line
+def _wake(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json: bool,
+          level: str, no_warmup: bool, full_warmup: bool, gate_paths: tuple[str, ...],
+          check_file: str | None, output_tolerance: float, cause: str,
+          textfile_dir: str | None, instance_name: str | None, **warmup: Any) -> int:  # fmt: skip
+    from warmctl.actions import WakeOptions, wake_lines
+    from warmctl.options import check_instance_name, write_metrics
+    from warmctl.output import report_hosts
+    from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, WakeReport
+    from warmctl.warmup_cli import progress_display
 
-        targets = resolve_targets(hosts)
-        check_instance_name(instance_name, targets)
-        gates = gates_for(gate_paths, targets)
-        if check_file and len(targets) != 1:
-            raise WarmctlError(
-                f"--output-check belongs to one instance: give exactly one HOST, not "
-                f"{len(targets)}",
-                kind="input",
-            )
-        wanted = None if level == "auto" else int(level)
+    kwargs = warmup_kwargs(**warmup)
+    kwargs["light"] = not (full_warmup or "batch_sizes" in kwargs)
+    targets = resolve_targets(hosts)
+    check_instance_name(instance_name, targets)
+    one_instance("--gate", gate_paths, targets)
+    one_instance("--output-check", check_file, targets)
+    options = WakeOptions(
+        level=None if level == "auto" else int(level), run_warmup=not no_warmup, warmup=kwargs,
+        gates=gate_paths, check_file=check_file, tolerance=output_tolerance, cause=cause,
+        instance=instance_name, op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
+    )  # fmt: skip
+    with progress_display(not as_json) as make:
+        results = per_host(targets, partial(_one, options, api_key, timeout, make))
+    metrics_code = write_metrics(textfile_dir, instance_name, "wake", targets, results,
+                                 cause=cause)  # fmt: skip
+    labels = [t.label for t in targets]
+    code = report_hosts("wake", labels, results, WakeReport, wake_lines, as_json=as_json)
+    return max(code, metrics_code)
 
-        def one(t: Target, tracker: Tracker | None) -> WakeReport:
-            client = Client(t, api_key, timeout)
-            check = checker(client, Path(check_file), output_tolerance) if check_file else None
-            return wake(
-                client,
-                level=wanted,
-                run_warmup=not no_warmup,
-                warmup_options={**kwargs, "progress": tracker},
-                op_timeout=max(timeout, DEFAULT_OP_TIMEOUT),
-                on_step=(lambda step: tracker.say(f"waking: {step}")) if tracker else None,
-                check=check,
-            )
 
-        with progress_display(not as_json) as make:
+def _one(options: Any, api_key: str | None, timeout: float, make: Any, t: Target) -> Any:
+    from warmctl.actions import wake_instance
+    from warmctl.client import Client
 
-            def locked(t: Target) -> WakeReport:
-                with instance_lock(gates, lambda text: info_line(f"{t.label}: {text}", True)):
-                    return open_after(gates, lambda: one(t, make(t.label)))
-
-            results = per_host(targets, locked)
-        metrics_code = write_metrics(
-            textfile_dir, instance_name, "wake", targets, results, cause=cause
-        )
-
-        def lines(r: WakeReport) -> list[str]:
-            steps = ", ".join(f"{s.name} {s.seconds:.2f} s" for s in r.steps) or "nothing to do"
-            out = [
-                f"{r.target}: already awake ({steps})"
-                if r.already_awake
-                else f"{r.target}: awake after level {r.level} ({r.level_source}): {steps}"
-            ]
-            if r.output_check:
-                c = r.output_check
-                if c["status"] == "passed":
-                    diff = c.get("max_logprob_diff")
-                    out.append(
-                        f"{r.target}: outputs checked: {c['prompts']} greedy answers as before "
-                        f"the sleep ({c['seconds']:.2f} s"
-                        + (f", logprobs within {diff:.2g})" if diff is not None else ")")
-                    )
-                else:
-                    out.append(f"{r.target}: outputs NOT checked: {c['detail']} ({c['file']})")
-            if r.warmup:
-                w = r.warmup
-                ramp = ",".join(map(str, w.batch_sizes)) or "none"
-                out.append(
-                    f"{r.target}: warmed ({w.mode}) with {w.requests} requests in "
-                    f"{w.total_s:.1f} s (batch sizes {ramp}, chat {'yes' if w.chat else 'no'})"
-                )
-            return out
-
-        labels = [t.label for t in targets]
-        code = report_hosts("wake", labels, results, WakeReport, lines, as_json=as_json)
-        return max(code, metrics_code)
-
-    guard(body)
+    return wake_instance(
+        Client(t, api_key, timeout), options, make(t.label), lock_wait_line(t.label)
+    )

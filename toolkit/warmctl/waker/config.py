@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from warmctl.errors import WarmctlError
+from warmctl.gate import Flags
 from warmctl.target import parse_target
-from warmctl.waker.flags import Flags
 from warmctl.waker.service import WakerConfig
+from warmctl.waker.wakehere import WakeHere
 
 # key: (the types it takes, required); None among the types: the key may be null
 _PATH = (str,)
@@ -88,17 +89,19 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-def _wake_argv(data: dict[str, Any], flags: dict[str, Any]) -> list[str] | None:
-    """The `warmctl` argv of the waker's own wake (vLLM sleep mode: `wake_here`), as the wake
-    service runs it; None: a wake is systemd's (a start of the unit)."""
+def _wake(data: dict[str, Any], flags: dict[str, Any]) -> WakeHere | None:
+    """The waker's own wake (vLLM sleep mode: `wake_here`), as the wake service runs it
+    (`warmctl wake TARGET --gate CLOSED --gate WAKEABLE --cause request`); None: a wake is
+    systemd's (a start of the unit)."""
     if not data.get("wake_here"):
         return None
-    argv = ["wake", data["target"], "--gate", flags["closed"], "--gate", flags["wakeable"]]
-    argv += ["--cause", "request"]
-    argv += ["--output-check", data["output_check"]] if data.get("output_check") else []
-    if data.get("textfile_dir"):
-        argv += ["--textfile-dir", data["textfile_dir"], "--instance", data["name"]]
-    return argv
+    return WakeHere(
+        target=data["target"],
+        gates=(flags["closed"], flags["wakeable"]),
+        check_file=data.get("output_check") or None,
+        textfile_dir=data.get("textfile_dir") or None,
+        instance=data["name"],
+    )
 
 
 def load_config(path: Path) -> WakerConfig:
@@ -144,7 +147,7 @@ def load_config(path: Path) -> WakerConfig:
         hold=float(values["hold"]),
         failed_backoff=float(values["failed_backoff"]),
         textfile_dir=data.get("textfile_dir") or None,
-        wake_argv=_wake_argv(data, flags),
+        wake=_wake(data, flags),
         socket_group=data.get("socket_group") or None,
         max_connections=int(values["max_connections"]),
     )

@@ -41,8 +41,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from warmctl.gate import Flags, ask
 from warmctl.output import error_line, info_line, warning_line
-from warmctl.waker.flags import Flags, ask
 from warmctl.waker.metrics import WakerMetrics
 
 # While something is held the flags are polled this often: systemd's services create and remove
@@ -51,6 +51,9 @@ from warmctl.waker.metrics import WakerMetrics
 # held.
 POLL_S = 0.025
 PASS = ("awake", "woke", "relaunched")  # nginx lets these through (204); others: 403
+# the gate's states (warmctl.gate) a request is held in; asleep (the closed flag) refuses, any
+# other (draining: nginx's business) passes
+HELD = ("wakeable", "holding", "warming")
 
 
 @dataclass(eq=False)
@@ -91,14 +94,15 @@ class Hold:
         """(outcome, seconds held) for one request nginx asks about; `gone()` completes when
         nginx closed the connection (awaited only while the request is held)."""
         now = self.clock()
-        if self.flags.closed.exists():
+        # the gate's state (warmctl.gate: the proxy's precedence); a holding flag older than
+        # the hold's bound holds no new request (a restart whose end never removed it, e.g. a
+        # hand's `systemctl reload` that failed): they pass on
+        state = self.flags.state(hold_max_age=self.hold_s)
+        if state == "asleep":
             return self._count("refused", 0.0)
-        wakeable = self.flags.wakeable.exists()
-        # a flag older than the hold's bound holds no new request (a restart whose end never
-        # removed it, e.g. a hand's `systemctl reload` that failed): they pass on
-        holding = self.flags.is_holding(max_age=self.hold_s)
-        if not wakeable and not holding and not self.flags.warming.exists():
+        if state not in HELD:
             return "awake", 0.0  # woke between nginx's look at the flag and ours
+        wakeable, holding = state == "wakeable", state == "holding"
         if wakeable and now < self.failed_until:
             return self._count("failed", 0.0)
         if not self.queue:
@@ -192,19 +196,19 @@ class Hold:
         if not self.queue:
             return None
         now = self.clock()
-        if self.flags.closed.exists():
+        # the request file before the flags: a wake that succeeded removed the flag first
+        requested = self.flags.wake_request.exists()
+        state = self.flags.state()
+        if state == "asleep":
             info_line(
                 f"{self.name}: put to sleep by a window that refuses requests: "
                 f"{len(self.queue)} held requests refused"
             )
             self._finish_all("refused")
             return None
-        # the request file before the flag: a wake that succeeded removed the flag first
-        requested = self.flags.wake_request.exists()
-        wakeable = self.flags.wakeable.exists()
-        holding = self.flags.is_holding()
-        self.relaunch_seen = self.relaunch_seen or holding
-        if not wakeable and not self.flags.warming.exists() and not holding:
+        wakeable = state == "wakeable"
+        self.relaunch_seen = self.relaunch_seen or state == "holding"
+        if state not in HELD:
             if self.relaunch_seen:
                 return "ended"
             held = now - self.queue[0].arrived

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from warmctl.errors import WarmctlError
+from warmctl.gate import Flags
 from warmctl.output import info_line
 from warmctl.waker.connections import Connections, Door, Storm
-from warmctl.waker.flags import Flags
 from warmctl.waker.hold import Hold
 from warmctl.waker.http import handler
 from warmctl.waker.idle import Activity, IdleWatch
 from warmctl.waker.metrics import WakerMetrics
+from warmctl.waker.wakehere import WakeHere
 
 SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes, the last one a NUL
 LOAD_TIMEOUT_S = 5.0
@@ -48,7 +49,7 @@ class WakerConfig:
     hold: float
     failed_backoff: float
     textfile_dir: str | None
-    wake_argv: list[str] | None = None  # `warmctl` argv of the waker's own wake (GPU), else None
+    wake: WakeHere | None = None  # the waker's own wake (GPU), else None
     socket_group: str | None = None  # nginx's group (name or number): sockets 0660; None: 0600
     max_connections: int = MAX_CONNECTIONS
 
@@ -216,10 +217,10 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
             loop.add_signal_handler(sig, stop.set)
     metrics = WakerMetrics(cfg.name, cfg.textfile_dir)
     local = None
-    if cfg.wake_argv is not None:
+    if cfg.wake is not None:
         from warmctl.waker.wakehere import LocalWake
 
-        local = LocalWake(cfg.name, cfg.wake_argv, cfg.flags.wake_request)
+        local = LocalWake(cfg.name, cfg.wake, cfg.flags.wake_request)
     hold = Hold(cfg.name, cfg.flags, cfg.hold, cfg.failed_backoff, metrics,
                 on_asked=local.start if local is not None else None,
                 serving=_serving_probe(cfg.target) if cfg.flags.holding else None)  # fmt: skip

@@ -4,55 +4,87 @@ A CPU host's wake is a start of the unit, which only systemd may do: the waker c
 wake-request file and a path unit runs the wake service. A sleep-mode wake is HTTP to vLLM on
 loopback plus the gate's files, all the service user's to do; started as a service it would
 pay a Python start and imports of its own (and the window check's) before the ~0.2 s wake
-itself, all of it inside the first request's hold. So the waker runs exactly what that service
-would run, `warmctl wake TARGET --gate CLOSED --gate WAKEABLE --cause request ...` (the same
-output check, light warmup, gate, metrics, journal lines), in a thread of its own process, with
-warmctl already imported. The wake-request file is created and removed around it as the path
-unit's service would, so the hold reads the outcome the same way (flag gone: woke; file gone,
-flag still there: failed). The gate's lock (`warmctl.gate.instance_lock`, taken by `--gate`)
-keeps it from overlapping a sleep of the same instance.
+itself, all of it inside the first request's hold. So the waker calls the library's wake
+(`warmctl.actions.wake_instance`: the same output check, light warmup, gate, as
+`warmctl wake TARGET --gate CLOSED --gate WAKEABLE --cause request` does) in a thread of its own
+process, and writes the same metrics and journal lines. The wake-request file is created and
+removed around it as the path unit's service would, so the hold reads the outcome the same way
+(flag gone: woke; file gone, flag still there: failed). The gate's lock
+(`warmctl.gate.instance_lock`) keeps it from overlapping a sleep of the same instance.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from warmctl.output import error_line, info_line
 
 
-def run_wake(argv: list[str]) -> int:
-    """`warmctl ARGV` in this thread; its exit status."""
-    import click
+@dataclass(frozen=True)
+class WakeHere:
+    """What the waker's own wake acts on."""
 
-    from warmctl.cli import cli
+    target: str  # HOST:PORT of vLLM on this host
+    gates: tuple[str, ...]  # the flags opened once awake (closed, wakeable)
+    check_file: str | None = None  # the answers recorded before the sleep
+    textfile_dir: str | None = None
+    instance: str | None = None
 
+
+def run_wake(spec: WakeHere) -> int:
+    """One wake, as `warmctl wake` with `--cause request` does it: its lines (or its error) on
+    the log, its metrics written; 0 awake, else 2 (1: it crashed)."""
+    from warmctl.actions import WakeOptions, wake_instance, wake_lines
+    from warmctl.client import DEFAULT_TIMEOUT, Client
+    from warmctl.errors import WarmctlError
+    from warmctl.options import lock_wait_line, write_metrics
+    from warmctl.output import console
+    from warmctl.sleepwake import DEFAULT_OP_TIMEOUT
+    from warmctl.target import parse_target
+
+    target = parse_target(spec.target)
+    options = WakeOptions(
+        # `warmctl wake`'s warmup defaults: light, a server that answers is not waited for
+        warmup={"light": True, "wait_start": False, "ready_timeout": 1800.0},
+        gates=spec.gates,
+        check_file=spec.check_file,
+        cause="request",
+        instance=spec.instance,
+        op_timeout=max(DEFAULT_TIMEOUT, DEFAULT_OP_TIMEOUT),
+    )
+    client = Client(target, os.environ.get("VLLM_API_KEY"), DEFAULT_TIMEOUT)
     try:
-        cli.main(args=argv, prog_name="warmctl", standalone_mode=False)
-    except SystemExit as done:
-        code = done.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
-    except click.ClickException as err:
-        err.show()
-        return err.exit_code
+        result: object = wake_instance(client, options, None, lock_wait_line(target.label))
+    except WarmctlError as err:
+        result = err
     except Exception as err:
         error_line(f"the wake crashed: {err.__class__.__name__}: {err}")
         return 1
-    return 0
+    code = write_metrics(spec.textfile_dir, spec.instance, "wake", [target], [result],
+                         cause="request")  # fmt: skip
+    if isinstance(result, WarmctlError):
+        error_line(str(result))
+        return 2
+    for line in wake_lines(result):  # type: ignore[arg-type]
+        console().print(line)
+    return code
 
 
 class LocalWake:
     """Runs the wake when the hold asked for one (its request file just created)."""
 
-    def __init__(self, name: str, argv: list[str], request_file: Path) -> None:
-        self.name, self.argv, self.request_file = name, argv, request_file
+    def __init__(self, name: str, spec: WakeHere, request_file: Path) -> None:
+        self.name, self.spec, self.request_file = name, spec, request_file
         self.task: asyncio.Task[None] | None = None
         # warmctl's wake path imported now, not inside the first request's hold
-        import warmctl.commands.wake
+        import warmctl.actions
         import warmctl.outputcheck
-        import warmctl.sleepwake  # noqa: F401
+        import warmctl.textfile  # noqa: F401
 
     def start(self) -> None:
         if self.task is None or self.task.done():
@@ -61,7 +93,7 @@ class LocalWake:
     async def _run(self) -> None:
         t0 = time.monotonic()
         try:
-            code = await asyncio.to_thread(run_wake, self.argv)
+            code = await asyncio.to_thread(run_wake, self.spec)
         finally:
             # as the wake service's ExecStopPost: the hold reads the outcome from the flags
             with contextlib.suppress(FileNotFoundError):

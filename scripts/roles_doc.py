@@ -16,7 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "toolkit"))
-from warmctl.roles import role_names  # noqa: E402  (the one list of the collection's roles)
+from warmctl.plan.roles import role_names  # noqa: E402  (the one list of the collection's roles)
 
 OUTPUT = ROOT / "docs" / "ROLES.md"
 INTRO = ROOT / "roles" / "README.md"  # the hand-written part, copied to the top

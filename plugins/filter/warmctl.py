@@ -1,19 +1,23 @@
-"""Jinja2 filters of the collection's templates, shared with `warmctl.render` (one implementation).
+"""Jinja2 filters of the collection's templates, shared with `warmctl.plan.render` (one
+implementation).
 
 vllm_systemd_quote / vllm_env_quote: quoting for unit files and environment files;
 vllm_oncalendar: cron or OnCalendar -> list of OnCalendar expressions (checked);
 vllm_calendar_error: '' or the reason an expression is unusable (for preflight asserts);
-vllm_instance_facts: an instance's plan (warmctl.facts, warmctl.serverplan: its names, ports,
+vllm_instance_facts: an instance's plan (warmctl.plan.instance, warmctl.plan.server: its names,
+ports,
 paths, the server's argv and environment, the launch and env files' content; vllm_preflight
 sets them once per host);
 vllm_gate_answers: an instance's proxy gate, its flags strongest first and what the proxy answers
-in each state (warmctl.gate: the nginx template prints it);
-vllm_validate: every problem of a host's role variables, one line each (warmctl.validate);
-vllm_role_var: a role variable as the host has it, else the collection's default (warmctl.roles);
-vllm_support: the vLLM release a host runs, judged against the support matrix (warmctl.vllmmatrix);
+in each state (warmctl.sleepwake.gate: the nginx template prints it);
+vllm_validate: every problem of a host's role variables, one line each (warmctl.plan.validate);
+vllm_role_var: a role variable as the host has it, else the collection's default
+(warmctl.plan.roles);
+vllm_support: the vLLM release a host runs, judged against the support matrix
+(warmctl.plan.vllmmatrix);
 vllm_verify_argv / vllm_verify_results / vllm_verify_table: the vllm_verify role's host-side
 warmctl verify, what it answered and the fleet's table, as `warmctl verify --inventory` has them
-(warmctl.fleet, warmctl.verify_table).
+(warmctl.observe.fleet, warmctl.observe.verify_table).
 
 The code is warmctl's own: in an installed collection it comes from the warmctl wheel the
 collection ships in files/ (the wheel the roles install on the hosts); in a checkout, from the
@@ -54,15 +58,15 @@ if _PATH and _PATH.endswith(".whl"):
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
-from warmctl.calendar import CalendarError, calendar_error, to_oncalendar  # noqa: E402
-from warmctl.facts import instance_facts  # noqa: E402
-from warmctl.fleet import host_results, role_options, verify_argv  # noqa: E402
-from warmctl.gate import nginx_gate  # noqa: E402
-from warmctl.roles import role_defaults  # noqa: E402
-from warmctl.unitfile import env_quote, systemd_quote  # noqa: E402
-from warmctl.validate import validate  # noqa: E402
-from warmctl.verify_table import fleet_lines  # noqa: E402
-from warmctl.vllmmatrix import judge  # noqa: E402
+from warmctl.observe.fleet import host_results, role_options, verify_argv  # noqa: E402
+from warmctl.observe.verify_table import fleet_lines  # noqa: E402
+from warmctl.plan.calendar import CalendarError, calendar_error, to_oncalendar  # noqa: E402
+from warmctl.plan.instance import instance_facts  # noqa: E402
+from warmctl.plan.roles import role_defaults  # noqa: E402
+from warmctl.plan.unitfile import env_quote, systemd_quote  # noqa: E402
+from warmctl.plan.validate import validate  # noqa: E402
+from warmctl.plan.vllmmatrix import judge  # noqa: E402
+from warmctl.sleepwake.gate import nginx_gate  # noqa: E402
 
 
 def vllm_oncalendar(expr: Any) -> list[str]:
@@ -102,7 +106,7 @@ def vllm_verify_argv(
     urls: Any, warmctl: str, settings: Any, wait_ready: bool = False, as_json: bool = False
 ) -> list[str]:
     """The argv of `warmctl verify` for the role: `settings` its vllm_verify_* (see
-    warmctl.fleet.role_options), built as `warmctl verify --inventory` builds a host's."""
+    warmctl.observe.fleet.role_options), built as `warmctl verify --inventory` builds a host's."""
     options = role_options(dict(settings))
     return verify_argv(warmctl, list(urls), options, wait_ready=wait_ready, as_json=as_json)
 

@@ -15,7 +15,7 @@ import yaml
 from tests.ansible.cases import GOOD
 from tests.double.fixtures import vllm_double, vllm_double_factory  # noqa: F401
 
-from warmctl.roles import role_defaults
+from warmctl.plan.roles import role_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

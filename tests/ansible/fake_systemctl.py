@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from warmctl.unitfile import systemd_split, unit_values
+from warmctl.plan.unitfile import systemd_split, unit_values
 
 
 def _alive(pid: int) -> bool:

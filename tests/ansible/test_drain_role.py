@@ -20,7 +20,7 @@ def drain_host(tmp_path: Path, double, **extra) -> dict:
     conf, gate = tmp_path / "conf.d", tmp_path / "gate"
     conf.mkdir()
     gate.mkdir()
-    # both are proxied (warmctl.facts), but only a's nginx server is published yet
+    # both are proxied (warmctl.plan.instance), but only a's nginx server is published yet
     (conf / "vllm-a.conf").write_text("# warmctl instance: a\n")
     return {
         "vllm_install_warmctl_venv": str(VENV),
@@ -38,9 +38,9 @@ def drain_host(tmp_path: Path, double, **extra) -> dict:
 
 
 def test_drain_waits_for_the_stream_in_flight_and_leaves_the_gate_closed(tmp_path, vllm_double):
-    from warmctl.client import Client
-    from warmctl.stream import stream_completion
-    from warmctl.target import parse_target
+    from warmctl.server.client import Client
+    from warmctl.server.stream import stream_completion
+    from warmctl.server.target import parse_target
 
     vllm_double.config.token_delay = 0.05
     done: list[int] = []

@@ -1,14 +1,16 @@
 """One home for an instance's derived facts: no role task or template derives them itself.
 
 Ports, bind, target, gate flags, proxied, sleep, launcher, the sleep level's default, unit names
-and the files an instance produces are computed by warmctl.facts only (the roles read
+and the files an instance produces are computed by warmctl.plan.instance only (the roles read
 `vllm_preflight_instances` / `vllm_preflight_facts` / `vllm_preflight_files`, set once per host by
 vllm_preflight; the templates read `vllm_preflight_facts`). A role reads another role's variable
-as it is (the roles' defaults are the one source of defaults, warmctl.roles.role_defaults), never
+as it is (the roles' defaults are the one source of defaults, warmctl.plan.roles.role_defaults),
+never
 through its own `| default(...)` copy. Grep-level: each rule is a pattern that a copy of a rule
 would match.
 
-The plan (warmctl.facts with warmctl.serverplan) also holds the server's argv and environment, the
+The plan (warmctl.plan.instance with warmctl.plan.server) also holds the server's argv and
+environment, the
 launch and env files' content, warmctl's and the launcher's paths: the templates of the instance
 (PLAN_TEMPLATES) only print its fields (no list built, no default, no instance key that chooses an
 argument, no vLLM flag written), and no other Python module builds those (PY_RULES).
@@ -110,13 +112,17 @@ PY_RULES: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
     (
         "server argv",
         re.compile(r"['\"]-m['\"],\s*['\"]vllm\.|['\"]--enable-sleep-mode['\"]"),
-        ("toolkit/warmctl/serverplan.py",),
+        ("toolkit/warmctl/plan/server.py",),
     ),
-    ("launcher path", re.compile(r"share/warmctl/vllm_launch"), ("toolkit/warmctl/serverplan.py",)),
+    (
+        "launcher path",
+        re.compile(r"share/warmctl/vllm_launch"),
+        ("toolkit/warmctl/plan/server.py",),
+    ),
     (
         "warmctl path",
         re.compile(r"/bin/warmctl['\"]|['\"]/opt/warmctl['\"]"),
-        ("toolkit/warmctl/facts.py",),
+        ("toolkit/warmctl/plan/instance.py",),
     ),
 ]
 ROLE_VAR = re.compile(r"\b(vllm_[a-z]+_\w+)\s*\|\s*default\(")
@@ -227,12 +233,12 @@ def test_each_plan_rule_catches_a_copy(name, line):
 @pytest.mark.parametrize(
     ("rel", "line"),
     [
-        ("toolkit/warmctl/render.py", 'sleep="--enable-sleep-mode" in server_argv,'),
+        ("toolkit/warmctl/plan/render.py", 'sleep="--enable-sleep-mode" in server_argv,'),
         ("toolkit/warmctl/bench/configs.py",
          'return [python, "-m", "vllm.entrypoints.cli.main", "serve", site.model, *tail]'),
-        ("toolkit/warmctl/fleet.py", 'f"{venv}/bin/warmctl",'),
-        ("toolkit/warmctl/fleet.py", 'DEFAULT_WARMCTL_VENV = "/opt/warmctl"'),
-        ("toolkit/warmctl/render.py", 'script = f"{venv}/share/warmctl/vllm_launch.py"'),
+        ("toolkit/warmctl/observe/fleet.py", 'f"{venv}/bin/warmctl",'),
+        ("toolkit/warmctl/observe/fleet.py", 'DEFAULT_WARMCTL_VENV = "/opt/warmctl"'),
+        ("toolkit/warmctl/plan/render.py", 'script = f"{venv}/share/warmctl/vllm_launch.py"'),
     ],
 )  # fmt: skip
 def test_each_python_rule_catches_a_copy(rel, line):

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from tests.ansible.conftest import BIN, ROOT, ansible_env, write_inventory
 
-from warmctl.facts import instance_facts
-from warmctl.roles import role_defaults
+from warmctl.plan.instance import instance_facts
+from warmctl.plan.roles import role_defaults
 
 START = "Check the vLLM interpreter provided for the host"
 NOUSER = "warmctl-nouser-7"  # exists nowhere: a first deploy, before vllm_install creates it
@@ -117,7 +117,7 @@ def outcome(base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
         "vllm_install_allow_untested_vllm": True,
         "vllm_service_instances": hub,
     }
-    # the support matrix (warmctl.vllmmatrix): inside, outside, outside with consent
+    # the support matrix (warmctl.plan.vllmmatrix): inside, outside, outside with consent
     hosts["vllm_outside"] = {"vllm_install_gpu_package": "vllm==0.33.0"}
     hosts["vllm_consent"] = {
         "vllm_install_gpu_package": "vllm==0.33.0",
@@ -141,7 +141,8 @@ def outcome(base: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
         )
     hosts["vllm_cpu_inside"]["vllm_preflight_device_kind"] = "cpu"
     hosts["vllm_cpu_inside"]["vllm_preflight_gpus"] = []
-    for host in hosts.values():  # what facts.yml (before the start task) sets: warmctl.facts
+    # what facts.yml (before the start task) sets: warmctl.plan.instance
+    for host in hosts.values():
         settings = {**role_defaults(), **host}
         host["vllm_preflight_instances"] = [
             instance_facts(i, settings).as_dict() for i in host["vllm_service_instances"]

@@ -28,7 +28,7 @@ from tests.lib.server import free_port
 
 from warmctl.launcher import SCRIPT
 
-RUNTIME = Path("/run/vllm-a")  # instance a's RuntimeDirectory (warmctl.facts)
+RUNTIME = Path("/run/vllm-a")  # instance a's RuntimeDirectory (warmctl.plan.instance)
 VENV = Path(sys.executable).parent.parent  # holds bin/python and bin/warmctl
 
 

@@ -1,4 +1,5 @@
-"""Every template rendered through Ansible (the roles' render tasks) and through warmctl.render:
+"""Every template rendered through Ansible (the roles' render tasks) and through
+warmctl.plan.render:
 identical text, the exact ExecStart/environment/timers, and systemd accepts them."""
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from tests.ansible.cases import GOOD
 from tests.ansible.conftest import run_playbook, write_inventory
 
 from warmctl.launcher.vllm_launch import parse_launch
-from warmctl.render import RenderError, render_instance
-from warmctl.unitfile import systemd_split, unit_values
+from warmctl.plan.render import RenderError, render_instance
+from warmctl.plan.unitfile import systemd_split, unit_values
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 needs_systemd = pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
@@ -51,7 +52,7 @@ def test_ansible_and_warmctl_render_identical_files(rendered_by_ansible):
             assert Path(path).read_text() == text, path
             checked += 1
     on_disk = {str(p) for p in root.glob("*/units/*")} | {str(p) for p in root.glob("*/etc/*")}
-    assert on_disk == expected_paths  # Ansible wrote exactly the files warmctl.render knows
+    assert on_disk == expected_paths  # Ansible wrote exactly the files warmctl.plan.render knows
     assert checked >= 25
 
 

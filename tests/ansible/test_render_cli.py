@@ -1,4 +1,4 @@
-"""`warmctl render`: the same files as warmctl.render, printed, as JSON or written out."""
+"""`warmctl render`: the same files as warmctl.plan.render, printed, as JSON or written out."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from tests.ansible.cases import GOOD
 
 from warmctl.commands.render import command
-from warmctl.render import render_instance
+from warmctl.plan.render import render_instance
 
 
 def write_vars(tmp_path, host: str):

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from tests.ansible.conftest import BIN, ROOT, ansible_env
 
-from warmctl.roles import argument_specs, role_names, roles_dir
+from warmctl.plan.roles import argument_specs, role_names, roles_dir
 
 
 @pytest.mark.parametrize("role", role_names())

@@ -1,5 +1,6 @@
 """vllm_service's textfile directory (roles/vllm_service/tasks/textfile.yml) on localhost: the
-folder above it stays root's, so warmctl.safefs, which refuses a textfile directory whose folder
+folder above it stays root's, so warmctl.host.safefs, which refuses a textfile directory whose
+folder
 above the service user's group can change, takes it (the unit's warmup writes there; on a GPU
 host the role made /var/lib/node_exporter root:vllm 2775 and every warmup failed on it)."""
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from tests.ansible.conftest import run_playbook, write_inventory
 
-from warmctl import safefs
+from warmctl.host import safefs
 
 GROUP = "daemon"  # a group every Debian machine has, standing in for the service user's
 

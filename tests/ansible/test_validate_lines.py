@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from tests.ansible.conftest import problem_lines, run_playbook, write_inventory
 
-from warmctl.validate import validate
+from warmctl.plan.validate import validate
 
 HOSTS = {
     "four_problems": {

@@ -165,7 +165,8 @@ def test_hosts_measure_themselves_and_the_controller_tabulates(
 
 def test_the_role_leaves_the_argv_the_reading_and_the_table_to_warmctl() -> None:
     """One fleet verify: the role builds no verify argv, reads no JSON and formats no table of
-    its own (warmctl.fleet and warmctl.verify_table through the filters), and derives no port or
+    its own (warmctl.observe.fleet and warmctl.observe.verify_table through the filters), and
+    derives no port or
     gate path (vllm_instance_facts) nor copies another role's default."""
     tasks = (ROOT / "roles/vllm_verify/tasks/main.yml").read_text()
     defaults = (ROOT / "roles/vllm_verify/defaults/main.yml").read_text()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tests.ansible.conftest import BIN, ROOT, ansible_env, write_inventory
 
-from warmctl.render import render_instance
-from warmctl.validate import problems
+from warmctl.plan.render import render_instance
+from warmctl.plan.validate import problems
 
 INSTANCE = {"name": "qwen", "model": "/srv/models/qwen", "port": 8000, "launcher": True}
 

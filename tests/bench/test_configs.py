@@ -1,4 +1,4 @@
-"""A is plain `vllm serve`; B and C start exactly what warmctl.render renders for the unit."""
+"""A is plain `vllm serve`; B and C start exactly what warmctl.plan.render renders for the unit."""
 
 import json
 import os
@@ -11,8 +11,8 @@ from warmctl.bench import configs
 from warmctl.bench.runner import parse_plan
 from warmctl.cli import cli
 from warmctl.errors import WarmctlError
-from warmctl.render import render_instance
-from warmctl.unitfile import unit_values
+from warmctl.plan.render import render_instance
+from warmctl.plan.unitfile import unit_values
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ def test_a_bare_sleep_under_load_is_counted_as_cut(
 
     def bare_sleep(client, level, before_sleep=None):
         client.sleep(level)
-        from warmctl.sleepwake import SleepReport
+        from warmctl.sleepwake.steps import SleepReport
 
         return SleepReport(target="x", level=level)
 

@@ -9,7 +9,7 @@ from warmctl.bench.api import Sample
 from warmctl.bench.measure import Counter
 from warmctl.bench.targets import evaluate
 from warmctl.errors import WarmctlError
-from warmctl.outputcheck import PROMPTS, Answer
+from warmctl.sleepwake.outputcheck import PROMPTS, Answer
 
 
 def step(

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from tests.double import VllmDouble
 
-from warmctl.client import Client
-from warmctl.sleepwake import drain
-from warmctl.stream import StreamResult, stream_completion
-from warmctl.target import parse_target
+from warmctl.server.client import Client
+from warmctl.server.stream import StreamResult, stream_completion
+from warmctl.server.target import parse_target
+from warmctl.sleepwake.steps import drain
 
 ADMISSION_S = 1.5  # the request is in the API server, not yet in the engine gauges
 

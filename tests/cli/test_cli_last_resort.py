@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-import warmctl.calendar
+import warmctl.plan.calendar
 from warmctl.cli import cli
 
 
@@ -16,7 +16,7 @@ def boom(*_args: object, **_kw: object) -> list[str]:
 
 @pytest.fixture
 def broken(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(warmctl.calendar, "to_oncalendar", boom)
+    monkeypatch.setattr(warmctl.plan.calendar, "to_oncalendar", boom)
     monkeypatch.delenv("WARMCTL_DEBUG", raising=False)
 
 

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.double import VllmDouble
 
-from warmctl.textfile import METRICS, Instance, file_name, update
+from warmctl.observe.textfile import METRICS, Instance, file_name, update
 
 
 def free_port() -> int:

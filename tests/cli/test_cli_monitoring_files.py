@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.double import VllmDouble
 from tests.waker.support import GateFiles, Held, Waker
 
-from warmctl.textfile import METRICS
+from warmctl.observe.textfile import METRICS
 from warmctl.waker.metrics import METRICS as WAKER_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]

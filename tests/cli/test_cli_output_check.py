@@ -8,9 +8,9 @@ from pathlib import Path
 
 from tests.double import VllmDouble
 
-from warmctl.client import Client
-from warmctl.outputcheck import PROMPTS, ask
-from warmctl.target import parse_target
+from warmctl.server.client import Client
+from warmctl.server.target import parse_target
+from warmctl.sleepwake.outputcheck import PROMPTS, ask
 
 
 def _sleep(run, srv: VllmDouble, check: Path, *extra: str):
@@ -172,7 +172,7 @@ def test_a_recording_that_cannot_be_written_keeps_the_server_awake(
 ) -> None:
     import os
 
-    from warmctl import outputcheck
+    from warmctl.sleepwake import outputcheck
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")

@@ -5,9 +5,9 @@ import time
 import pytest
 from tests.double import VllmDouble
 
-from warmctl.client import Client
-from warmctl.stream import StreamResult, stream_completion
-from warmctl.target import parse_target
+from warmctl.server.client import Client
+from warmctl.server.stream import StreamResult, stream_completion
+from warmctl.server.target import parse_target
 
 
 def streams_in_flight(srv: VllmDouble, n: int, tokens: int) -> tuple[list[threading.Thread], list]:

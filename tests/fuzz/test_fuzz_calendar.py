@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz.conftest import budget, invoke, one_line
-from warmctl.calendar import CalendarError, to_oncalendar
+from warmctl.plan.calendar import CalendarError, to_oncalendar
 
 pytestmark = pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze")
 

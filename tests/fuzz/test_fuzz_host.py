@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz.conftest import budget, invoke, one_line
 from warmctl.errors import WarmctlError
-from warmctl.target import parse_target
+from warmctl.server.target import parse_target
 
 # shaped like what operators type, plus any text at all
 PIECES = st.sampled_from(

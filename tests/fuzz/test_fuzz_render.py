@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.ansible.conftest import stub_paths
 from tests.fuzz.conftest import budget, invoke
-from warmctl.validate import validate, variable_specs
+from warmctl.plan.validate import validate, variable_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = st.from_regex(r"\A[a-z0-9][a-z0-9-]{0,12}\Z")

@@ -511,10 +511,10 @@ BURST = 16
 def stream_once(port: int = PORT, tokens: int = 8) -> dict[str, Any]:
     """One streamed completion through the proxy: the client's TTFT (from the request's send,
     so a hold is in it), tokens, status."""
-    from warmctl.client import Client
     from warmctl.errors import WarmctlError
-    from warmctl.stream import stream_completion
-    from warmctl.target import parse_target
+    from warmctl.server.client import Client
+    from warmctl.server.stream import stream_completion
+    from warmctl.server.target import parse_target
 
     client = Client(parse_target(f"127.0.0.1:{port}"), timeout=300)
     t0 = time.monotonic()

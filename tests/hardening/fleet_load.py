@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 import requests
 
-from warmctl.client import Client
 from warmctl.errors import WarmctlError
-from warmctl.stream import stream_completion
-from warmctl.target import parse_target
+from warmctl.server.client import Client
+from warmctl.server.stream import stream_completion
+from warmctl.server.target import parse_target
 
 
 @dataclass

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from warmctl.render import host_variables, instance_variables
-from warmctl.roles import roles_dir
+from warmctl.plan.render import host_variables, instance_variables
+from warmctl.plan.roles import roles_dir
 
 
 def proxy_defaults() -> dict[str, Any]:
@@ -26,7 +26,7 @@ def proxy_defaults() -> dict[str, Any]:
 
 def render_proxy(instance: Mapping[str, Any], host: Mapping[str, Any]) -> dict[str, str]:
     """{file name: text} of the proxy's conf.d files for one instance (as the role writes)."""
-    from warmctl.render import _environment  # the same Jinja2 environment as render_instance
+    from warmctl.plan.render import _environment  # the same Jinja2 environment as render_instance
 
     variables = instance_variables(instance, host_variables({**proxy_defaults(), **host}))
     env = _environment()

@@ -151,7 +151,8 @@ def test_bad_input_is_one_clear_line(run, vllm_double, tmp_path: Path, name: str
 
 def snapshot(d: VllmDouble, root: Path) -> tuple[Any, ...]:
     c = d.counters
-    # an instance's sleep/wake lock (`.NAME.lock`, warmctl.gate.lock_path) is a rendezvous that
+    # an instance's sleep/wake lock (`.NAME.lock`, warmctl.sleepwake.gate.lock_path) is a
+    # rendezvous that
     # stays once made (removing a lock file others may wait on races), holding no state
     files = sorted(
         str(p.relative_to(root)) for p in root.rglob("*") if not p.name.endswith(".lock")

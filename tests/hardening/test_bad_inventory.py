@@ -1,4 +1,4 @@
-"""Bad proxy settings in an inventory fail before anything changes (warmctl.validate through
+"""Bad proxy settings in an inventory fail before anything changes (warmctl.plan.validate through
 preflight: the argument specs and the proxy's rules), one line per problem; tests/ansible
 covers the other roles' variables. One ansible-playbook run (connection=local; nothing is
 touched)."""
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.ansible.conftest import problem_lines, run_playbook, write_inventory
-from warmctl.roles import roles_dir
+from warmctl.plan.roles import roles_dir
 
 NIGHTS = {"name": "nights", "sleep": "0 20 * * *", "wake": "0 7 * * *"}
 GPU_SLEEP = {"name": "qwen", "model": "/srv/m", "port": 8000, "windows": [NIGHTS]}

@@ -134,9 +134,9 @@ def test_sandbox_on_a_live_host(lab: Lab, deployed: Path) -> None:
 
 
 def test_load_across_the_sleep_service(lab: Lab, deployed: Path) -> None:
-    from warmctl.client import Client
-    from warmctl.stream import stream_completion
-    from warmctl.target import parse_target
+    from warmctl.server.client import Client
+    from warmctl.server.stream import stream_completion
+    from warmctl.server.target import parse_target
 
     host = lab.fleet.hosts[0]
     window = lab.window["name"]

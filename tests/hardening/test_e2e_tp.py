@@ -30,7 +30,7 @@ from tests.e2e.e2e_support import ansible_playbook
 from tests.hardening.e2e_hosts import PROXY_VARS
 from tests.hardening.test_units import MATRIX, MAX_EXPOSURE
 from tests.lib import testhosts
-from warmctl.render import render_instance
+from warmctl.plan.render import render_instance
 
 pytestmark = [
     pytest.mark.e2e,

@@ -1,4 +1,4 @@
-"""The traffic gate: `warmctl sleep/wake --gate FILE` and `warmctl.gate`."""
+"""The traffic gate: `warmctl sleep/wake --gate FILE` and `warmctl.sleepwake.gate`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from tests.hardening.conftest import one_error_line
 from warmctl.errors import WarmctlError
-from warmctl.gate import Gate, behind_closed_gate
+from warmctl.sleepwake.gate import Gate, behind_closed_gate
 
 
 def test_gate_open_close_is_idempotent(tmp_path: Path) -> None:
@@ -112,9 +112,9 @@ def test_failed_wake_keeps_the_gate_closed(run, vllm_double, tmp_path) -> None:
 
 def test_in_flight_stream_finishes_while_the_gate_is_closed(run, vllm_double, tmp_path) -> None:
     """The sleep waits for a live stream: it completes, then the server sleeps."""
-    from warmctl.client import Client
-    from warmctl.stream import stream_completion
-    from warmctl.target import parse_target
+    from warmctl.server.client import Client
+    from warmctl.server.stream import stream_completion
+    from warmctl.server.target import parse_target
 
     vllm_double.config.token_delay = 0.05
     done: list[int] = []

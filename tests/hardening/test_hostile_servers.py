@@ -21,8 +21,8 @@ import pytest
 
 from tests.hardening.conftest import one_error_line
 from tests.lib.hostile import BEHAVIOURS, MODEL, RAW_BYTES, Hostile
-from warmctl import client as client_module
 from warmctl.errors import WarmctlError
+from warmctl.server import client as client_module
 
 TIMEOUT = 0.5  # --timeout of every probe: the most a plain answer may take, whole
 STREAM_TIMEOUTS = 2  # a stream's whole answer, in --timeouts (the product's is 10)

@@ -152,9 +152,9 @@ def test_stopped_instance_answers_503_with_retry_after(run, proxied: dict[str, A
 
 
 def test_streams_pass_token_by_token(proxied: dict[str, Any]) -> None:
-    from warmctl.client import Client
-    from warmctl.stream import stream_completion
-    from warmctl.target import parse_target
+    from warmctl.server.client import Client
+    from warmctl.server.stream import stream_completion
+    from warmctl.server.target import parse_target
 
     proxied["double"].config.token_delay = 0.05
     r = stream_completion(Client(parse_target(proxied["address"]), api_key=TOKEN),
@@ -194,9 +194,9 @@ def test_sleep_under_streaming_load_cuts_nothing(run, proxied: dict[str, Any]) -
     """8 clients stream through the proxy while `warmctl sleep --gate` runs against the
     upstream: the streams in flight complete, later requests get 503, none hangs or is cut;
     after `warmctl wake --gate` the proxy serves again and verify passes."""
-    from warmctl.client import Client
-    from warmctl.stream import stream_completion
-    from warmctl.target import parse_target
+    from warmctl.server.client import Client
+    from warmctl.server.stream import stream_completion
+    from warmctl.server.target import parse_target
 
     double, gate = proxied["double"], proxied["gate"]
     double.config.token_delay = 0.02

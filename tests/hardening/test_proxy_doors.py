@@ -28,7 +28,7 @@ from tests.hardening.test_proxy import TOKEN
 from tests.waker.support import GateFiles, Waker
 
 ALLOWED, REFUSED = "127.0.0.2", "127.0.0.1"
-# every character a token may have (warmctl.validate): punctuation that means something in a
+# every character a token may have (warmctl.plan.validate): punctuation that means something in a
 # regex must match only itself
 PUNCT_TOKEN = "Tok.en+with~all/the=punct-uat_ion"
 COMPLETION = {"model": "double-model", "prompt": "hi", "max_tokens": 2}

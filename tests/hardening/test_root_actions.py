@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from tests.ansible.cases import GOOD
-from warmctl.render import host_variables, instance_variables, render_instance
-from warmctl.unitfile import systemd_split
+from warmctl.plan.render import host_variables, instance_variables, render_instance
+from warmctl.plan.unitfile import systemd_split
 
 REPO = Path(__file__).resolve().parents[2]
 SECURITY = REPO / "docs" / "SECURITY.md"

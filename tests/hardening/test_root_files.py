@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from warmctl import safefs
+from warmctl.host import safefs
 
 KINDS = ("symlink", "dangling", "fifo", "zero", "hardlink")
 # the child's address space: Python with warmctl's imports fits well under it; reading /dev/zero
@@ -57,12 +57,12 @@ CHILD = textwrap.dedent(
             else:
                 os.link(decoy, at)
 
-    from warmctl.client import Client
+    from warmctl.server.client import Client
     from warmctl.errors import WarmctlError
-    from warmctl.actions import drain_out_of_rotation
-    from warmctl.gate import Gate, instance_lock, read_flag
-    from warmctl.target import parse_target
-    from warmctl import textfile
+    from warmctl.sleepwake.actions import drain_out_of_rotation
+    from warmctl.sleepwake.gate import Gate, instance_lock, read_flag
+    from warmctl.server.target import parse_target
+    from warmctl.observe import textfile
 
     results = {}
     def run(label, fn):

@@ -1,4 +1,5 @@
-"""The units' sandbox is written once: warmctl.unitplan's table (HARDENING). Every rendered unit of
+"""The units' sandbox is written once: warmctl.plan.units's table (HARDENING). Every rendered unit
+of
 the test and example inventories has exactly the table's lines for its kind, in its order; no
 template writes a sandbox line of its own; every difference between unit kinds is in
 docs/SECURITY.md's table of them."""
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.lib.golden import cases, render_case
-from warmctl.unitplan import ALL, HARDENING, KINDS
+from warmctl.plan.units import ALL, HARDENING, KINDS
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "templates"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from warmctl.render import RenderedInstance, render_instance
-from warmctl.unitfile import systemd_split, unit_values
+from warmctl.plan.render import RenderedInstance, render_instance
+from warmctl.plan.unitfile import systemd_split, unit_values
 
 NIGHTS = {"name": "nights", "sleep": "0 20 * * 1-5", "wake": "30 7 * * 1-5", "level": 1}
 MATRIX: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {

@@ -2,7 +2,7 @@
 its own code, in one subprocess (tests/lib/vllm_api_probe.py): the modules the units run and the
 launcher imports by name import, vLLM's parser accepts every
 argument the rendered GPU and CPU units and launch files pass (GPU-only ones too: the parser
-has them), every route warmctl calls (warmctl.vllmmatrix.ROUTES) is one its API server builds
+has them), every route warmctl calls (warmctl.plan.vllmmatrix.ROUTES) is one its API server builds
 with VLLM_SERVER_DEV_MODE=1, and every VLLM_* variable the units set is one it reads. A renamed
 module, argument, route, query parameter or variable, fed in beside the real ones, is reported."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.lib.vllmapi import Question, Report, probe, question_for, rendered_units
 
-from warmctl.vllmmatrix import ROUTES, release_for
+from warmctl.plan.vllmmatrix import ROUTES, release_for
 
 pytestmark = pytest.mark.integration
 

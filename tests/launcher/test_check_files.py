@@ -1,6 +1,6 @@
 """`warmctl relaunch --check` as root (the deploy's): the launcher's command line is the service
 user's to choose, so root reads only the instance's own files (`--launch-file`, `--state-file`
-from its facts) and reads them as warmctl.safefs does (no link, no FIFO, bounded)."""
+from its facts) and reads them as warmctl.host.safefs does (no link, no FIFO, bounded)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from warmctl.errors import WarmctlError
-from warmctl.relaunch import LauncherFiles, check
+from warmctl.launcher.relaunch import LauncherFiles, check
 
 LAUNCHER = 100
 SCRIPT = "/opt/warmctl/share/warmctl/vllm_launch.py"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from warmctl.errors import WarmctlError
-from warmctl.relaunch import children
+from warmctl.launcher.relaunch import children
 
 LAUNCHER = 100
 

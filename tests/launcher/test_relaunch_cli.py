@@ -25,7 +25,7 @@ from tests.launcher.fakes import wait_state, write_launch
 from tests.lib.server import free_port
 from warmctl.cli import cli
 from warmctl.launcher import SCRIPT
-from warmctl.relaunch import children
+from warmctl.launcher.relaunch import children
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -229,7 +229,7 @@ def test_a_launcher_upgraded_on_disk_needs_a_restart(unit: Unit, tmp_path: Path)
 def test_a_refusal_after_the_signal_is_the_launchers_line(unit: Unit, monkeypatch) -> None:
     """The file changed between the check and the SIGHUP (or a hand's `kill -HUP`): the
     launcher refuses, keeps its server, and relaunch reports its line at once."""
-    from warmctl import relaunch as relaunch_module
+    from warmctl.launcher import relaunch as relaunch_module
 
     (server,) = children(unit.proc.pid)
     real_check = relaunch_module.check
@@ -307,7 +307,7 @@ def test_standbys_that_die_while_they_check_are_replaced_then_given_up(unit: Uni
 def test_a_launcher_that_does_not_answer_checks_is_never_sent_sigusr1(tmp_path: Path) -> None:
     """A launcher from before the checks (its state has no "checks") or without a state file is
     not asked: SIGUSR1's default action would end it. vet() answers None, the process lives."""
-    from warmctl.relaunch import Checked, LauncherFiles, vet
+    from warmctl.launcher.relaunch import Checked, LauncherFiles, vet
 
     sleeper = subprocess.Popen(["sleep", "60"])
     try:

@@ -25,7 +25,7 @@ from tests.lib.common import LabError
 from tests.lib.server import BASE_ENV, free_port
 from warmctl.cli import cli
 from warmctl.launcher import SCRIPT
-from warmctl.relaunch import children
+from warmctl.launcher.relaunch import children
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ def _one_line_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from tests.lib.common import LabError
-        from warmctl.output import error_line
+        from warmctl.terminal.output import error_line
 
         try:
             return func(*args, **kwargs)

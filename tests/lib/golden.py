@@ -55,7 +55,7 @@ def _flat(path: str) -> str:
 
 
 def _proxied(instance: Mapping[str, Any], host: Mapping[str, Any]) -> bool:
-    from warmctl.render import host_variables, instance_variables
+    from warmctl.plan.render import host_variables, instance_variables
 
     variables = instance_variables(instance, host_variables(host))
     return bool(variables["vllm_preflight_facts"][instance["name"]]["proxied"])
@@ -63,7 +63,7 @@ def _proxied(instance: Mapping[str, Any], host: Mapping[str, Any]) -> bool:
 
 def render_case(hostvars: Mapping[str, Any]) -> dict[str, str]:
     """{file name: text} of every file of every instance of one host."""
-    from warmctl.render import render_instance
+    from warmctl.plan.render import render_instance
 
     host = {k: v for k, v in hostvars.items() if k != "vllm_service_instances"}
     out: dict[str, str] = {}

@@ -26,7 +26,7 @@ from typing import Self
 import requests
 
 from tests.lib.common import LabError, cache_root, log
-from warmctl.procs import die_with_parent
+from warmctl.host.procs import die_with_parent
 
 HOST = "127.0.0.1"
 DEFAULT_READY_TIMEOUT = 600.0  # a loaded 2-core box took 245 s for the tiny model

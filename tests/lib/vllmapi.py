@@ -85,12 +85,12 @@ def probe(python: Path, question: Question, timeout: float = 300.0) -> Report:
 
 
 def rendered_units() -> list[tuple[str, Any]]:
-    """(label, warmctl.render.RenderedInstance) of every instance of the example inventory and
+    """(label, warmctl.plan.render.RenderedInstance) of every instance of the example inventory and
     the test inventories (tests/ansible/cases.GOOD), each rendered for a GPU and a CPU host
     (an instance one kind of host refuses is left out for that kind)."""
     from tests.ansible.cases import GOOD
-    from warmctl.inventory import host_vars
-    from warmctl.render import RenderError, render_instance
+    from warmctl.plan.inventory import host_vars
+    from warmctl.plan.render import RenderError, render_instance
 
     hosts: list[tuple[str, Mapping[str, Any]]] = [
         (f"example/{name}", hv) for name, hv in host_vars(ROOT / "inventories/example/hosts.yml")
@@ -115,7 +115,7 @@ def question_for(units: Iterable[Any], routes: Iterable[Any]) -> Question:
     """What the units pass to vLLM: each server's `-m MODULE ARGS` (under the launcher, its
     launch file's arguments), the VLLM_* variables of its env and launch files, the modules
     it runs and the launcher imports by name (its DEFAULT_PRELOAD); and the routes
-    (warmctl.vllmmatrix.ROUTES)."""
+    (warmctl.plan.vllmmatrix.ROUTES)."""
     from warmctl.launcher.vllm_launch import DEFAULT_PRELOAD
 
     argvs: dict[tuple[str, ...], None] = {}

@@ -1,8 +1,8 @@
 import pytest
 
-from warmctl.client import capture_sizes_from_config
 from warmctl.errors import WarmctlError
-from warmctl.warmup import DEFAULT_BATCH_SIZES, choose_batch_sizes, parse_batch_sizes
+from warmctl.server.client import capture_sizes_from_config
+from warmctl.warmth.warmup import DEFAULT_BATCH_SIZES, choose_batch_sizes, parse_batch_sizes
 
 
 def test_parse_batch_sizes() -> None:
@@ -43,8 +43,8 @@ def test_capture_sizes_from_config_forms() -> None:
 
 
 def test_device_and_sleep_flag_from_config() -> None:
-    from warmctl.client import device_from_config
-    from warmctl.sleepwake import sleep_facts
+    from warmctl.server.client import device_from_config
+    from warmctl.sleepwake.steps import sleep_facts
 
     cfg = {"model_config": {"enable_sleep_mode": False}, "device_config": {"device": "cpu"}}
     assert sleep_facts(cfg) == (False, "cpu")

@@ -1,4 +1,4 @@
-"""cron -> OnCalendar conversion, parsing errors and window arithmetic (warmctl.calendar)."""
+"""cron -> OnCalendar conversion, parsing errors and window arithmetic (warmctl.plan.calendar)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from warmctl.calendar import (
+from warmctl.commands.calendar import command
+from warmctl.plan.calendar import (
     CalendarError,
     calendar_error,
     in_window,
@@ -18,7 +19,6 @@ from warmctl.calendar import (
     parse_cron,
     to_oncalendar,
 )
-from warmctl.commands.calendar import command
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 

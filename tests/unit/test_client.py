@@ -9,10 +9,10 @@ import pytest
 from tests.double import VllmDouble
 from tests.double.server import RawReply
 
-from warmctl.client import Client
 from warmctl.errors import WarmctlError
-from warmctl.stream import stream_completion
-from warmctl.target import parse_target
+from warmctl.server.client import Client
+from warmctl.server.stream import stream_completion
+from warmctl.server.target import parse_target
 
 
 def client_for(srv: VllmDouble, **kw: object) -> Client:

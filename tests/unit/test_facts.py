@@ -1,12 +1,13 @@
-"""warmctl.facts: the one computation of an instance's derived facts (the roles, the templates,
+"""warmctl.plan.instance: the one computation of an instance's derived facts (the roles, the
+templates,
 `warmctl render`, tune and the inventory reader read it)."""
 
 from __future__ import annotations
 
 import pytest
 
-from warmctl.facts import SLEEP_LEVEL, instance_facts, inventory_facts, local_address
-from warmctl.render import render_instance
+from warmctl.plan.instance import SLEEP_LEVEL, instance_facts, inventory_facts, local_address
+from warmctl.plan.render import render_instance
 
 WINDOWED = {
     "name": "qwen",

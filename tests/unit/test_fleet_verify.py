@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from warmctl.firststeady import first_then_steady, first_vs_steady
-from warmctl.fleet import host_results, role_options, verify_argv
-from warmctl.verify_table import COLUMNS, fleet_lines
+from warmctl.observe.fleet import host_results, role_options, verify_argv
+from warmctl.observe.verify_table import COLUMNS, fleet_lines
+from warmctl.warmth.firststeady import first_then_steady, first_vs_steady
 
 
 def test_verify_argv_writes_flags_numbers_and_leaves_out_unset() -> None:

@@ -1,4 +1,5 @@
-"""One gate model (warmctl.gate): the proxy's nginx file, `warmctl status` (the flags read on
+"""One gate model (warmctl.sleepwake.gate): the proxy's nginx file, `warmctl status` (the flags
+read on
 the host, the proxy's answers read back) and the waker's hold all take an instance's state from
 its flags in the model's one precedence, and the proxy answers exactly the model's answers."""
 
@@ -12,9 +13,16 @@ from pathlib import Path
 import pytest
 from tests.hardening.proxy_support import render_proxy
 
-from warmctl.client import Answer, http_error
-from warmctl.gate import FLAGS, GateFiles, proxy_answers, read_state, stopped, waker_refusals
-from warmctl.target import parse_target
+from warmctl.server.client import Answer, http_error
+from warmctl.server.target import parse_target
+from warmctl.sleepwake.gate import (
+    FLAGS,
+    GateFiles,
+    proxy_answers,
+    read_state,
+    stopped,
+    waker_refusals,
+)
 
 # a single proxied GPU host with idle sleep: every flag of the model is one the proxy tests
 HOST = {"vllm_proxy_enabled": True, "vllm_proxy_gate_dir": "/run/vllm-gate",
@@ -50,7 +58,7 @@ def test_the_proxy_answers_the_models_answers(where: str) -> None:
 
 
 def test_the_client_reads_every_503_of_the_model_back() -> None:
-    """What `warmctl.client` makes of each refusal: the state the model put in it."""
+    """What `warmctl.server.client` makes of each refusal: the state the model put in it."""
     target = parse_target("127.0.0.1:8000")
     for state, (v1, health) in proxy_answers("tiny", 120).items():
         for answer in (v1, health):

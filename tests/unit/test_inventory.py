@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from warmctl.errors import WarmctlError
-from warmctl.inventory import hosts_from_inventory, targets_for_host
+from warmctl.plan.inventory import hosts_from_inventory, targets_for_host
 
 
 def test_targets_for_host_variants() -> None:

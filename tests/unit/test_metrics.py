@@ -3,7 +3,7 @@ import math
 import pytest
 
 from warmctl.errors import WarmctlError
-from warmctl.metrics import Histogram, parse_metrics
+from warmctl.server.metrics import Histogram, parse_metrics
 
 # shaped like vLLM's /metrics: two engines, counters, a histogram, the sleep-state gauge
 VLLM_TEXT = """\

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from warmctl.output import _Prefixed, journal_attached
+from warmctl.terminal.output import _Prefixed, journal_attached
 
 
 def test_prefixes_every_line_even_when_written_in_pieces() -> None:

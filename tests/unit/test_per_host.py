@@ -3,10 +3,10 @@
 import threading
 import time
 
+from warmctl.commands.options import DEFAULT_WORKERS, inventory_parallel, per_host
 from warmctl.errors import WarmctlError
-from warmctl.inventory import targets_for_host
-from warmctl.options import DEFAULT_WORKERS, inventory_parallel, per_host
-from warmctl.target import parse_target
+from warmctl.plan.inventory import targets_for_host
+from warmctl.server.target import parse_target
 
 
 def most_at_once(workers: int, hold_s: float, n: int = 4) -> int:

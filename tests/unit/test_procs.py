@@ -11,11 +11,11 @@ from pathlib import Path
 
 from tests.lib.procgroup import group_members
 
-from warmctl.procs import die_with_parent, session_pids
+from warmctl.host.procs import die_with_parent, session_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTER = (
-    "import subprocess; from warmctl.procs import die_with_parent; "
+    "import subprocess; from warmctl.host.procs import die_with_parent; "
     "p = subprocess.Popen(['sleep', '60'], start_new_session=True, preexec_fn=die_with_parent); "
     "print(p.pid, flush=True)"
 )

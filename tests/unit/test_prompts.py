@@ -4,7 +4,12 @@ from pathlib import Path
 import pytest
 
 from warmctl.errors import WarmctlError
-from warmctl.prompts import TOKENS_PER_WORD, default_prompts, read_prompt_file, resolve_prompts
+from warmctl.warmth.prompts import (
+    TOKENS_PER_WORD,
+    default_prompts,
+    read_prompt_file,
+    resolve_prompts,
+)
 
 
 def test_explicit_prompts_win_over_environment() -> None:
@@ -68,7 +73,7 @@ def test_empty_prompt_option_is_an_error() -> None:
 
 
 def test_prompt_tokens_parse_and_size() -> None:
-    from warmctl.prompts import TOKENS_PER_WORD_TYPICAL, parse_prompt_tokens, sized_prompts
+    from warmctl.warmth.prompts import TOKENS_PER_WORD_TYPICAL, parse_prompt_tokens, sized_prompts
 
     assert parse_prompt_tokens("300, 600,300,900") == [300, 600, 900]
     for bad in ("", "0", "a,b", "-5"):

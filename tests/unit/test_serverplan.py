@@ -1,4 +1,4 @@
-"""The instance plan's server part (warmctl.serverplan): the files print it, and it is all a new
+"""The instance plan's server part (warmctl.plan.server): the files print it, and it is all a new
 vLLM flag needs besides its argument spec."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from tests.ansible.cases import GOOD
 
-from warmctl import serverplan
-from warmctl.facts import instance_facts
 from warmctl.launcher.vllm_launch import parse, parse_launch
-from warmctl.render import render_instance
-from warmctl.roles import argument_specs
-from warmctl.unitfile import parse_env_file, systemd_split, unit_values
+from warmctl.plan import server as serverplan
+from warmctl.plan.instance import instance_facts
+from warmctl.plan.render import render_instance
+from warmctl.plan.roles import argument_specs
+from warmctl.plan.unitfile import parse_env_file, systemd_split, unit_values
 
 CASES = [
     (host, instance)

@@ -1,6 +1,6 @@
 import pytest
 
-from warmctl.stream import StreamResult, median, percentile
+from warmctl.server.stream import StreamResult, median, percentile
 
 
 def test_percentile_interpolates() -> None:
@@ -39,7 +39,7 @@ def test_decode_ms_per_token_uses_first_to_last_text_chunk() -> None:
 
 
 def test_chunk_text_reads_completion_chat_and_reasoning_deltas() -> None:
-    from warmctl.stream import _chunk_text
+    from warmctl.server.stream import _chunk_text
 
     assert _chunk_text({"choices": [{"text": " a"}]}, chat=False) == " a"
     assert _chunk_text({"choices": [{"delta": {"role": "assistant", "content": ""}}]}, True) == ""

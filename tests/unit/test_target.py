@@ -1,7 +1,7 @@
 import pytest
 
 from warmctl.errors import WarmctlError
-from warmctl.target import Target, parse_target
+from warmctl.server.target import Target, parse_target
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from warmctl import output, waits
-from warmctl.termsafe import safe
+from warmctl.terminal import output, waits
+from warmctl.terminal.termsafe import safe
 
 # reproducible, no example database left in the checkout (tests/fuzz's profile does the same)
 FIXED = settings(derandomize=True, database=None, deadline=None, max_examples=300)
@@ -123,7 +123,7 @@ def test_a_wait_s_live_line_is_escaped_and_never_markup(monkeypatch: pytest.Monk
 
 def test_the_verify_role_s_plain_table_is_escaped() -> None:
     """The role's table (the play's output, through the collection's filter): a host's JSON."""
-    from warmctl.verify_table import fleet_lines
+    from warmctl.observe.verify_table import fleet_lines
 
     result = {"target": "h:8000", "instance": f"i{EVIL}", "status": "FAIL", "reasons": [EVIL]}
     lines = fleet_lines({"host": [result]})

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from warmctl.textfile import record
+from warmctl.observe.textfile import record
 
 
 def samples(path: Path) -> dict[str, float]:

@@ -1,6 +1,15 @@
 import pytest
 
-from warmctl.verify import ASLEEP, ERROR, FAIL, PASS, Thresholds, VerifyReport, evaluate, exit_code
+from warmctl.observe.verify import (
+    ASLEEP,
+    ERROR,
+    FAIL,
+    PASS,
+    Thresholds,
+    VerifyReport,
+    evaluate,
+    exit_code,
+)
 
 
 def test_pass_within_both_limits() -> None:

@@ -9,7 +9,7 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from warmctl.errors import WarmctlError
-from warmctl.metrics import Histogram as Hist
+from warmctl.server.metrics import Histogram as Hist
 from warmctl.tune import (
     CAPTURE,
     KV_BLOCKS,

@@ -1,4 +1,4 @@
-"""systemd quoting/parsing used by the templates and warmctl.render: round trips, and the
+"""systemd quoting/parsing used by the templates and warmctl.plan.render: round trips, and the
 quoted text is what systemd itself accepts."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from warmctl.unitfile import (
+from warmctl.plan.unitfile import (
     env_quote,
     parse_env_file,
     systemd_quote,

@@ -1,4 +1,4 @@
-"""The support matrix (warmctl.vllmmatrix): which vLLM a host runs, judged in one line; the
+"""The support matrix (warmctl.plan.vllmmatrix): which vLLM a host runs, judged in one line; the
 routes it lists are every route warmctl calls; the deploy's table names each instance's vLLM."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from warmctl.verify_table import fleet_lines
-from warmctl.vllmmatrix import (
+from warmctl.observe.verify_table import fleet_lines
+from warmctl.plan.vllmmatrix import (
     CONSENT,
     RELEASES,
     ROUTES,

@@ -25,7 +25,7 @@ WARMCTL = str(Path(sys.executable).parent / "warmctl")
 
 @dataclass(frozen=True)
 class GateFiles:
-    """An instance's files in a gate folder (the names warmctl.facts gives them)."""
+    """An instance's files in a gate folder (the names warmctl.plan.instance gives them)."""
 
     dir: Path
     name: str = "tiny"

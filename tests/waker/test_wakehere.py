@@ -1,4 +1,5 @@
-"""The waker's own wake is the library's (`warmctl.actions.wake_instance`), not the CLI run in a
+"""The waker's own wake is the library's (`warmctl.sleepwake.actions.wake_instance`), not the CLI
+run in a
 thread: a process that only imports the waker's wake wakes the double's engine, opens both
 flags and writes the wake's metrics, and never loads the click commands."""
 

@@ -77,7 +77,7 @@ def test_eight_held_one_wake_all_released(
 
 def test_released_in_the_order_they_came(tmp_path: Path) -> None:
     """The hold itself (in-process, real files): held requests resume first in, first out."""
-    from warmctl.gate import Flags
+    from warmctl.sleepwake.gate import Flags
     from warmctl.waker.hold import Hold
     from warmctl.waker.metrics import WakerMetrics
 
@@ -424,7 +424,7 @@ def test_wake_here_waits_for_a_sleep_that_holds_the_lock(
     for the sleep, then wakes the engine the sleep put to sleep, never the other way round."""
     import fcntl
 
-    lock = gate.dir / f".{gate.name}.lock"  # warmctl.gate.lock_path: the instance's lock
+    lock = gate.dir / f".{gate.name}.lock"  # warmctl.sleepwake.gate.lock_path: the instance's lock
     gate.wakeable.write_text("sleep cause=idle level=1\n")
     fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)  # the idle sleep's `warmctl sleep --gate`, still draining

@@ -1,5 +1,5 @@
 """The waker's configuration file as the role renders it from the instance's plan
-(warmctl.unitplan) and `warmctl waker --config` reads it (warmctl.waker.config)."""
+(warmctl.plan.units) and `warmctl waker --config` reads it (warmctl.waker.config)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from warmctl.render import render_instance
+from warmctl.plan.render import render_instance
 from warmctl.waker.config import load_config
 
 NIGHTS = {"name": "nights", "sleep": "0 20 * * *", "wake": "0 7 * * *", "on_request": "wake"}
@@ -55,7 +55,7 @@ def test_the_rendered_config_is_the_plan_and_wakes_as_the_wake_service(
         return
     # vLLM sleep mode: the waker wakes it itself, exactly as the window's wake service would,
     # but for its cause
-    from warmctl.unitfile import systemd_split, unit_values
+    from warmctl.plan.unitfile import systemd_split, unit_values
 
     unit = r.files["/etc/systemd/system/vllm-idler-wake-nights.service"]
     service = systemd_split(unit_values(unit, "Service", "ExecStart")[0])[1:]

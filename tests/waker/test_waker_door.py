@@ -141,8 +141,8 @@ def test_the_unit_gives_its_sockets_nginx_group_and_descriptors_for_its_bound(de
     """The rendered waker unit and its configuration: nginx's group as a supplementary group and
     the sockets' group, chown back in its system call filter, and a descriptor limit that holds
     the door's bound (max_connections)."""
-    from warmctl.render import render_instance
-    from warmctl.unitfile import systemd_split, unit_values
+    from warmctl.plan.render import render_instance
+    from warmctl.plan.unitfile import systemd_split, unit_values
     from warmctl.waker.service import FD_RESERVE
 
     instance = {"name": "tiny", "model": "/m", "port": 8000, "idle_sleep": {"after": "1m"}}

@@ -55,7 +55,7 @@ class LazyGroup(click.Group):
             if _debug(ctx):
                 raise
             from warmctl.errors import WarmctlError
-            from warmctl.output import error_line
+            from warmctl.terminal.output import error_line
 
             if isinstance(exc, WarmctlError):
                 error_line(exc.message)

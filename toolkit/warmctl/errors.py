@@ -27,7 +27,8 @@ class WarmctlError(Exception):
         self.exit_code = exit_code
         self.kind = kind
         self.status = status
-        self.gate = gate  # the state a host's proxy answered with (warmctl.gate.proxy_state)
+        # the state a host's proxy answered with (warmctl.sleepwake.gate.proxy_state)
+        self.gate = gate
 
     def __str__(self) -> str:
         return self.message

@@ -11,7 +11,8 @@ sleep (a window whose on_request is wake). On an awake instance wake on request 
 flag test per request (the wakeable file), idle sleep one syslog datagram to the waker per
 finished /v1/ request (and the waker's handling of it); nothing passes through the waker.
 
-- TTFT: `warmctl.stream.stream_completion` (the timing verify uses), one request to each proxy
+- TTFT: `warmctl.server.stream.stream_completion` (the timing verify uses), one request to each
+proxy
   in turn (the order rotating), so a drift of the machine hits all alike; p50 per proxy.
 - throughput: C client processes streaming completions for S seconds, one proxy after the other,
   the order rotating each round; completed requests per second, median over the rounds; against
@@ -132,15 +133,15 @@ def proxies(
 
 
 def _client(port: int) -> Any:
-    from warmctl.client import Client
-    from warmctl.target import parse_target
+    from warmctl.server.client import Client
+    from warmctl.server.target import parse_target
 
     return Client(parse_target(f"127.0.0.1:{port}"), timeout=30)
 
 
 def ttfts(ports: dict[str, int], n: int, max_tokens: int) -> dict[str, list[float]]:
     """n requests to each proxy, one to each in turn (the order rotating)."""
-    from warmctl.stream import stream_completion
+    from warmctl.server.stream import stream_completion
 
     clients = {mode: _client(port) for mode, port in ports.items()}
     out: dict[str, list[float]] = {mode: [] for mode in ports}
@@ -155,7 +156,7 @@ def ttfts(ports: dict[str, int], n: int, max_tokens: int) -> dict[str, list[floa
 
 def _load(port: int, seconds: float, max_tokens: int) -> int:
     """One client process: streamed completions for `seconds`; how many completed."""
-    from warmctl.stream import stream_completion
+    from warmctl.server.stream import stream_completion
 
     client, done = _client(port), 0
     deadline = time.monotonic() + seconds

@@ -11,7 +11,8 @@ idle gaps from 0 to 4 s (the GPU's SM clock sampled meanwhile by nvidia-smi).
 Prints a table, writes JSON.
 
 Usage (GPU machine, vLLM importable by python3):
-  python3 tools/experiments/gpu_graph_probe.py --model /root/models/qwen3-0.6b-random --out /root/out
+  python3 tools/experiments/gpu_graph_probe.py --model /root/models/qwen3-0.6b-random --out
+/root/out
 """
 
 from __future__ import annotations

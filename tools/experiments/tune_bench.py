@@ -16,7 +16,8 @@ capture time from its log, first vs steady single request (c=1), first vs steady
 and the mix (TTFT p50/p90, output tokens/s). Prints a table, writes OUT/tune_bench.json (rewritten
 after every start). Figures are compared within one run, as ratios.
 
-    PYTHONPATH=toolkit python3 tools/experiments/tune_bench.py --model /root/models/qwen3-0.6b-random \
+    PYTHONPATH=toolkit python3 tools/experiments/tune_bench.py --model
+/root/models/qwen3-0.6b-random \
         --python "$(command -v python3)" --out /root/tune --budget 440 \
         --env VLLM_USE_FLASHINFER_SAMPLER=0
 """
@@ -45,7 +46,7 @@ from warmctl.bench.configs import Config, Site
 from warmctl.bench.logphases import parse_startup
 from warmctl.bench.process import ServerProcess
 from warmctl.errors import WarmctlError
-from warmctl.prompts import sized_prompts
+from warmctl.warmth.prompts import sized_prompts
 
 CONCURRENCY: tuple[int, ...] = (4, 8, 16, 24)
 PER_CLIENT = 6  # requests each client sends in a phase
@@ -97,7 +98,7 @@ def run_phase(
 def run_mix(api: Api, seed: int) -> dict[str, Any]:
     """The mix, phase by phase; TTFTs in ms and output tokens/s over the whole mix. Prompt
     lengths are sized with the server's own tokenizer (/tokenize)."""
-    from warmctl.warmup import tokens_per_word
+    from warmctl.warmth.warmup import tokens_per_word
 
     tpw = tokens_per_word(api.client, api.model) or 1.25
     ttfts: list[float] = []
@@ -327,7 +328,7 @@ def one_line(rec: dict[str, Any]) -> str:
 
 
 def print_table(doc: dict[str, Any]) -> None:
-    from warmctl.output import console, table
+    from warmctl.terminal.output import console, table
 
     def f(v: Any, digits: int = 1) -> str:
         return "-" if v is None else f"{v:.{digits}f}"

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from warmctl import outputcheck, sleepwake
-from warmctl.client import Client
 from warmctl.errors import WarmctlError
-from warmctl.stream import StreamResult, stream_completion
-from warmctl.target import parse_target
+from warmctl.server.client import Client
+from warmctl.server.stream import StreamResult, stream_completion
+from warmctl.server.target import parse_target
+from warmctl.sleepwake import outputcheck
+from warmctl.sleepwake import steps as sleepwake
 
 
 @dataclass(frozen=True)

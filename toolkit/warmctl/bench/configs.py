@@ -4,7 +4,7 @@ A  plain vLLM: `vllm serve MODEL` with vLLM's defaults, default cache dirs (unde
    /tmp), no warmup: what a team gets without this project. With a tensor-parallel size N
    every configuration runs on N GPUs (A: `--tensor-parallel-size N`; B and C: the instance's
    `tensor_parallel_size: N` and `gpus: [0..N-1]`, rendered as the unit would be).
-B  the project's unit: argv and environment rendered by `warmctl.render` from `templates/`
+B  the project's unit: argv and environment rendered by `warmctl.plan.render` from `templates/`
    with the roles' defaults (every compile/JIT cache on the persistent cache dir, the default
    compilation config, sleep mode on a GPU), then the unit's ExecStartPost warmup.
 W  B with a shorter unit warmup (`W_WARMUP_ARGS`, or --w-warmup-args): the warmup trade-off.
@@ -53,9 +53,9 @@ from typing import Any
 
 from warmctl.bench.process import LaunchSpec
 from warmctl.errors import WarmctlError
-from warmctl.facts import local_address
-from warmctl.roles import gpu_capture_sizes
-from warmctl.serverplan import CPU_MODULE, GPU_MODULE
+from warmctl.plan.instance import local_address
+from warmctl.plan.roles import gpu_capture_sizes
+from warmctl.plan.server import CPU_MODULE, GPU_MODULE
 
 # capture sizes of C: ~1.5x steps up to vLLM's default maximum (512), so padding costs < 1.5x
 # (the roles' GPU default, roles/vllm_service/defaults/main.yml)
@@ -289,7 +289,7 @@ def _plain_argv(site: Site) -> list[str]:
 def render_for_bench(config: Config, site: Site) -> Any:
     """The unit the roles would install for this configuration on this machine."""
     try:
-        from warmctl.render import render_instance
+        from warmctl.plan.render import render_instance
     except ImportError as exc:
         raise WarmctlError(f"cannot render the unit: {exc}", kind="missing_dependency") from exc
     return render_instance(config.instance(site), host=config.hostvars(site))

@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from warmctl import outputcheck, sleepwake
 from warmctl.bench.api import Api
 from warmctl.bench.prompts import prompt
-from warmctl.client import Client
 from warmctl.errors import WarmctlError
-from warmctl.gate import Gate, behind_closed_gate, open_after
-from warmctl.stream import stream_completion
+from warmctl.server.client import Client
+from warmctl.server.stream import stream_completion
+from warmctl.sleepwake import outputcheck
+from warmctl.sleepwake import steps as sleepwake
+from warmctl.sleepwake.gate import Gate, behind_closed_gate, open_after
 
 DOOR = (
     "the proxy's gate flag, tested by each client just before it sends (as nginx tests it "

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from warmctl.bench.api import Api, Sample
 from warmctl.bench.prompts import prompt
-from warmctl.firststeady import first_then_steady, first_vs_steady
+from warmctl.warmth.firststeady import first_then_steady, first_vs_steady
 
 
 class Counter:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from warmctl.errors import WarmctlError
-from warmctl.procs import die_with_parent, session_pids
+from warmctl.host.procs import die_with_parent, session_pids
 
 
 @dataclass(frozen=True)

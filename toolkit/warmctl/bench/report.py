@@ -11,7 +11,7 @@ from rich.table import Table
 from warmctl.bench.bytecode import describe
 from warmctl.bench.starts import starts
 from warmctl.bench.targets import evaluate
-from warmctl.termsafe import safe
+from warmctl.terminal.termsafe import safe
 
 
 def _f(value: Any, fmt: str = "{:.1f}") -> str:

@@ -1,6 +1,7 @@
 """Sleep and wake one running server and measure it: time to sleep, GPU memory serving vs asleep,
 time to wake (with warmctl's reload + warmup, or the bare route), the first request after, and
-an output check: the greedy answers of `warmctl.outputcheck` (token ids and logprobs, its rule of
+an output check: the greedy answers of `warmctl.sleepwake.outputcheck` (token ids and logprobs, its
+rule of
 what "the same" is) before the sleep and again after the wake and the measured requests, for the
 bare routes as for warmctl's sleep and wake (a wrong weight reload or a prefix cache that
 outlived its KV blocks answers differently)."""
@@ -13,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from warmctl import outputcheck
 from warmctl.bench import gpumem
 from warmctl.bench.api import Api
 from warmctl.bench.measure import Counter
 from warmctl.bench.prompts import prompt
 from warmctl.errors import WarmctlError
+from warmctl.sleepwake import outputcheck
 
 
 @dataclass(frozen=True)

@@ -252,7 +252,7 @@ def command(
 
             draw(doc, plot_file)
     except WarmctlError as err:
-        from warmctl.termsafe import safe
+        from warmctl.terminal.termsafe import safe
 
         click.echo(f"warmctl bench: {safe(err, one_line=True)}", err=True)
         sys.exit(err.exit_code)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from warmctl.options import guard
+from warmctl.commands.options import guard
 
 
 @click.command("calendar")
@@ -29,7 +29,7 @@ def command(expression: str | None, window: tuple[str, str] | None) -> None:
     """
 
     def body() -> int:
-        from warmctl.calendar import CalendarError, in_window, to_oncalendar
+        from warmctl.plan.calendar import CalendarError, in_window, to_oncalendar
 
         if window:
             if expression is not None:

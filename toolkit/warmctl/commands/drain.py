@@ -1,4 +1,5 @@
-"""`warmctl drain HOST --gate FILE`: a thin command over `warmctl.actions.drain_out_of_rotation`."""
+"""`warmctl drain HOST --gate FILE`: a thin command over
+`warmctl.sleepwake.actions.drain_out_of_rotation`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import click
 
-from warmctl.options import (
+from warmctl.commands.options import (
     drain_timeout_option,
     guard,
     host_options,
@@ -15,7 +16,7 @@ from warmctl.options import (
     per_host,
     resolve_targets,
 )
-from warmctl.target import Target
+from warmctl.server.target import Target
 
 
 @click.command(name="drain")
@@ -57,9 +58,9 @@ def command(
 
 def _drain(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json: bool,
            gate_path: str, drain_timeout: float) -> int:  # fmt: skip
-    from warmctl.actions import DrainReport, drain_lines
-    from warmctl.gate import Gate
-    from warmctl.output import report_hosts
+    from warmctl.sleepwake.actions import DrainReport, drain_lines
+    from warmctl.sleepwake.gate import Gate
+    from warmctl.terminal.output import report_hosts
 
     targets = resolve_targets(hosts)
     one_instance("--gate", gate_path, targets)
@@ -74,7 +75,7 @@ def _drain(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json:
 
 
 def _one(gate: Any, api_key: str | None, timeout: float, drain_timeout: float, t: Target) -> Any:
-    from warmctl.actions import drain_out_of_rotation
-    from warmctl.client import Client
+    from warmctl.server.client import Client
+    from warmctl.sleepwake.actions import drain_out_of_rotation
 
     return drain_out_of_rotation(Client(t, api_key, timeout), gate, drain_timeout)

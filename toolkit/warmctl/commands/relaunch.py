@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from warmctl.options import guard, host_options, resolve_targets, textfile_options
-from warmctl.warmup_cli import warmup_kwargs, warmup_options
+from warmctl.commands.options import guard, host_options, resolve_targets, textfile_options
+from warmctl.commands.warmup_options import warmup_kwargs, warmup_options
 
 if TYPE_CHECKING:
-    from warmctl.relaunch import LauncherFiles, Relaunched
-    from warmctl.target import Target
-    from warmctl.warmup import WarmupReport
+    from warmctl.launcher.relaunch import LauncherFiles, Relaunched
+    from warmctl.server.target import Target
+    from warmctl.warmth.warmup import WarmupReport
 
 
 @click.command(name="relaunch")
@@ -83,11 +83,11 @@ def command(
     """
 
     def body() -> int:
-        from warmctl.client import Client
-        from warmctl.options import check_instance_name, write_metrics
-        from warmctl.output import console, error_line
-        from warmctl.relaunch import LauncherFiles, relaunch
-        from warmctl.warmup import warmup
+        from warmctl.commands.options import check_instance_name, write_metrics
+        from warmctl.launcher.relaunch import LauncherFiles, relaunch
+        from warmctl.server.client import Client
+        from warmctl.terminal.output import console, error_line
+        from warmctl.warmth.warmup import warmup
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
         pid = kwargs.get("main_pid")
@@ -130,8 +130,8 @@ def _check(
 ) -> int:
     """--check: whether launcher `pid` can relaunch with its launch file as it is now (vLLM's
     verdict from its standby, waited for up to `vllm_timeout` s; None: the state file only)."""
-    from warmctl.output import console, emit_json
-    from warmctl.relaunch import check, vet
+    from warmctl.launcher.relaunch import check, vet
+    from warmctl.terminal.output import console, emit_json
 
     checked = check(pid, expect=expect)
     state = checked.state or {}
@@ -158,7 +158,7 @@ def _say_relaunched(
 ) -> None:
     """The relaunch and its warmup: one JSON document, or one line (and one more on stderr
     when the metrics could not be written: exit `code`)."""
-    from warmctl.output import console, emit_json, error_line
+    from warmctl.terminal.output import console, emit_json, error_line
 
     doc = {
         "target": target.label,

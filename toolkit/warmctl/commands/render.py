@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from warmctl.options import guard
+from warmctl.commands.options import guard
 
 
 @click.command("render")
@@ -37,13 +37,13 @@ def command(
         import json
 
         from warmctl.errors import WarmctlError
-        from warmctl.output import error_line
-        from warmctl.render import (
+        from warmctl.plan.render import (
             InvalidVariables,
             check_variables,
             host_variables,
             render_instance,
         )
+        from warmctl.terminal.output import error_line
 
         host = _load_vars(vars_file)
         if device:

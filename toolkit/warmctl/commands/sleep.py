@@ -1,4 +1,4 @@
-"""`warmctl sleep HOST...`: a thin command over `warmctl.actions.sleep_instance`."""
+"""`warmctl sleep HOST...`: a thin command over `warmctl.sleepwake.actions.sleep_instance`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from typing import Any
 
 import click
 
-from warmctl.facts import SLEEP_LEVEL
-from warmctl.options import (
+from warmctl.commands.options import (
     cause_option,
     drain_timeout_option,
     guard,
@@ -20,7 +19,8 @@ from warmctl.options import (
     resolve_targets,
     textfile_options,
 )
-from warmctl.target import Target
+from warmctl.plan.instance import SLEEP_LEVEL
+from warmctl.server.target import Target
 
 
 @click.command(name="sleep")
@@ -85,13 +85,13 @@ def command(**params: Any) -> None:
 def _sleep(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json: bool,
            gate_path: str | None, check_file: str | None, next_wake: str | None,
            textfile_dir: str | None, instance_name: str | None, **opts: Any) -> int:  # fmt: skip
-    from warmctl.actions import SleepOptions, sleep_lines
+    from warmctl.commands.options import check_instance_name, write_metrics
     from warmctl.errors import WarmctlError
-    from warmctl.gate import WINDOW_NAME
-    from warmctl.options import check_instance_name, write_metrics
-    from warmctl.output import report_hosts
-    from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, SleepReport
-    from warmctl.waits import board
+    from warmctl.sleepwake.actions import SleepOptions, sleep_lines
+    from warmctl.sleepwake.gate import WINDOW_NAME
+    from warmctl.sleepwake.steps import DEFAULT_OP_TIMEOUT, SleepReport
+    from warmctl.terminal.output import report_hosts
+    from warmctl.terminal.waits import board
 
     targets = resolve_targets(hosts)
     if opts["window"] and not WINDOW_NAME.fullmatch(opts["window"]):
@@ -113,9 +113,9 @@ def _sleep(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json:
 
 
 def _one(options: Any, api_key: str | None, timeout: float, track: Any, t: Target) -> Any:
-    from warmctl.actions import sleep_instance
-    from warmctl.client import Client
-    from warmctl.waits import say_of
+    from warmctl.server.client import Client
+    from warmctl.sleepwake.actions import sleep_instance
+    from warmctl.terminal.waits import say_of
 
     client = Client(t, api_key, timeout)
     return sleep_instance(client, options, say_of(track(t.label)), lock_wait_line(t.label))
@@ -123,6 +123,6 @@ def _one(options: Any, api_key: str | None, timeout: float, track: Any, t: Targe
 
 def _next_wake_timestamp(expr: str) -> float:
     """Unix time of the next elapse of `expr` (a bad expression is one line, exit 2)."""
-    from warmctl.calendar import next_elapse
+    from warmctl.plan.calendar import next_elapse
 
     return next_elapse(expr).timestamp()

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from warmctl.options import guard, host_options, per_host, resolve_targets
+from warmctl.commands.options import guard, host_options, per_host, resolve_targets
 
 
 @click.command(name="status")
@@ -63,12 +63,12 @@ def command(**params: Any) -> None:
 def _status(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json: bool,
             inventory_path: str | None, limit: str | None, gate_dir: str | None,
             instance_name: str | None, upstream: str | None) -> int:  # fmt: skip
-    from warmctl.client import Client
     from warmctl.errors import WarmctlError
-    from warmctl.gate import GateFiles, read_state
-    from warmctl.output import emit_json, error_line
-    from warmctl.status import StatusReport, status
-    from warmctl.target import parse_target
+    from warmctl.observe.status import StatusReport, status
+    from warmctl.server.client import Client
+    from warmctl.server.target import parse_target
+    from warmctl.sleepwake.gate import GateFiles, read_state
+    from warmctl.terminal.output import emit_json, error_line
 
     targets = resolve_targets(hosts, inventory_path, limit)
     gate = upstream_client = None
@@ -101,7 +101,7 @@ def _status(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json
 def _table(reports: list[Any]) -> None:
     from rich.text import Text
 
-    from warmctl.output import console, num, styled, table
+    from warmctl.terminal.output import console, num, styled, table
 
     rows = []
     for r in reports:

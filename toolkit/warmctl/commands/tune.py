@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from warmctl.commands.options import guard, host_options, per_host
 from warmctl.errors import WarmctlError
-from warmctl.options import guard, host_options, per_host
-from warmctl.target import Target
+from warmctl.server.target import Target
 
 if TYPE_CHECKING:
     from warmctl.tune import Proposal, Scrape
@@ -119,7 +119,7 @@ def command(
     """
 
     def body() -> int:
-        from warmctl.client import Client
+        from warmctl.server.client import Client
         from warmctl.tune import Knobs, Observation, load_scrapes, observe, propose
 
         ctx = click.get_current_context()
@@ -161,7 +161,7 @@ def command(
 def _targets(
     hosts: tuple[str, ...], inventory_path: str | None, limit: str | None
 ) -> tuple[list[Target], Where, Graphs]:
-    from warmctl.target import parse_target
+    from warmctl.server.target import parse_target
 
     if limit and not inventory_path:
         raise WarmctlError("--limit needs --inventory", kind="input")
@@ -173,8 +173,8 @@ def _targets(
         targets.append(t)
         where[t.label] = (t.host, str(t.port), None, None)
     if inventory_path:
-        from warmctl.facts import inventory_facts
-        from warmctl.inventory import INSTANCES_VAR, host_vars, targets_for_host
+        from warmctl.plan.instance import inventory_facts
+        from warmctl.plan.inventory import INSTANCES_VAR, host_vars, targets_for_host
 
         loaded = host_vars(inventory_path, limit)
         if not loaded:
@@ -186,7 +186,8 @@ def _targets(
                 targets.append(t)
                 if instances:
                     inst = instances[i]
-                    facts = inventory_facts(inst, hv)  # the roles' sleep rule (warmctl.facts)
+                    # the roles' sleep rule (warmctl.plan.instance)
+                    facts = inventory_facts(inst, hv)
                     graphs[t.label] = facts.gpu and not inst.get("enforce_eager")
                     where[t.label] = (name, str(inst.get("name", i)), instances, facts.sleep)
                 else:
@@ -210,7 +211,7 @@ def _report(
     write_path: str | None,
     window: float,
 ) -> int:
-    from warmctl.output import console, emit_json, error_line, styled, table
+    from warmctl.terminal.output import console, emit_json, error_line, styled, table
     from warmctl.tune import instance_changes, save_scrapes, snippet
 
     code = 0

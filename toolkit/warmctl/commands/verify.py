@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from warmctl.options import guard, host_options, textfile_options
-from warmctl.warmup_cli import wait_ready_option
+from warmctl.commands.options import guard, host_options, textfile_options
+from warmctl.commands.warmup_options import wait_ready_option
 
 if TYPE_CHECKING:
-    from warmctl.target import Target
-    from warmctl.verify_run import Inventory, Settings
+    from warmctl.observe.verify_run import Inventory, Settings
+    from warmctl.server.target import Target
 
 
 @click.command(name="verify")
@@ -180,8 +180,8 @@ def command(
     """
 
     def body() -> int:
-        from warmctl.options import check_instance_name
-        from warmctl.verify_run import Settings, report, split_targets
+        from warmctl.commands.options import check_instance_name
+        from warmctl.observe.verify_run import Settings, report, split_targets
 
         targets, inventory, here = split_targets(hosts, inventory_path, limit, measure_from)
         check_instance_name(instance_name, targets)
@@ -219,7 +219,7 @@ def _measure(
 ) -> list[dict[str, Any]]:
     """Each target's result, in order: `inventory`'s hosts measured by themselves, `here`'s
     from this machine (`show`: each one's line on the terminal meanwhile)."""
-    from warmctl.verify_run import measure_here, measure_on_hosts
+    from warmctl.observe.verify_run import measure_here, measure_on_hosts
 
     by_url: dict[str, dict[str, Any]] = {}
     if inventory:

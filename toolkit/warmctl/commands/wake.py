@@ -1,4 +1,4 @@
-"""`warmctl wake HOST...`: a thin command over `warmctl.actions.wake_instance`."""
+"""`warmctl wake HOST...`: a thin command over `warmctl.sleepwake.actions.wake_instance`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from warmctl.options import (
+from warmctl.commands.options import (
     cause_option,
     guard,
     host_options,
@@ -18,8 +18,8 @@ from warmctl.options import (
     resolve_targets,
     textfile_options,
 )
-from warmctl.target import Target
-from warmctl.warmup_cli import warmup_kwargs, warmup_options
+from warmctl.commands.warmup_options import warmup_kwargs, warmup_options
+from warmctl.server.target import Target
 
 
 @click.command(name="wake")
@@ -85,11 +85,11 @@ def _wake(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json: 
           level: str, no_warmup: bool, full_warmup: bool, gate_paths: tuple[str, ...],
           check_file: str | None, output_tolerance: float, cause: str,
           textfile_dir: str | None, instance_name: str | None, **warmup: Any) -> int:  # fmt: skip
-    from warmctl.actions import WakeOptions, wake_lines
-    from warmctl.options import check_instance_name, write_metrics
-    from warmctl.output import report_hosts
-    from warmctl.sleepwake import DEFAULT_OP_TIMEOUT, WakeReport
-    from warmctl.warmup_cli import progress_display
+    from warmctl.commands.options import check_instance_name, write_metrics
+    from warmctl.commands.warmup_options import progress_display
+    from warmctl.sleepwake.actions import WakeOptions, wake_lines
+    from warmctl.sleepwake.steps import DEFAULT_OP_TIMEOUT, WakeReport
+    from warmctl.terminal.output import report_hosts
 
     kwargs = warmup_kwargs(**warmup)
     kwargs["light"] = not (full_warmup or "batch_sizes" in kwargs)
@@ -112,8 +112,8 @@ def _wake(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json: 
 
 
 def _one(options: Any, api_key: str | None, timeout: float, make: Any, t: Target) -> Any:
-    from warmctl.actions import wake_instance
-    from warmctl.client import Client
+    from warmctl.server.client import Client
+    from warmctl.sleepwake.actions import wake_instance
 
     return wake_instance(
         Client(t, api_key, timeout), options, make(t.label), lock_wait_line(t.label)

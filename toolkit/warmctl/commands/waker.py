@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from warmctl.options import guard
+from warmctl.commands.options import guard
 
 
 @click.command(name="waker")

@@ -6,11 +6,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from warmctl.options import guard, host_options, per_host, resolve_targets, textfile_options
-from warmctl.warmup_cli import warmup_kwargs, warmup_options
+from warmctl.commands.options import (
+    guard,
+    host_options,
+    per_host,
+    resolve_targets,
+    textfile_options,
+)
+from warmctl.commands.warmup_options import warmup_kwargs, warmup_options
 
 if TYPE_CHECKING:
-    from warmctl.warmup import WarmupReport
+    from warmctl.warmth.warmup import WarmupReport
 
 
 @click.command(name="warmup")
@@ -41,16 +47,16 @@ def command(
     """
 
     def body() -> int:
-        from warmctl.client import Client
-        from warmctl.options import check_instance_name, write_metrics
-        from warmctl.output import emit_json, error_line
-        from warmctl.warmup import WarmupReport, warmup
+        from warmctl.commands.options import check_instance_name, write_metrics
+        from warmctl.server.client import Client
+        from warmctl.terminal.output import emit_json, error_line
+        from warmctl.warmth.warmup import WarmupReport, warmup
 
         kwargs = warmup_kwargs(**options)  # type: ignore[arg-type]
         targets = resolve_targets(hosts)
         check_instance_name(instance_name, targets)
         with_progress = not as_json
-        from warmctl.warmup_cli import progress_display
+        from warmctl.commands.warmup_options import progress_display
 
         with progress_display(with_progress) as make:
             results = per_host(
@@ -83,8 +89,8 @@ def command(
 
 def _print_reports(reports: list[WarmupReport]) -> None:
     """One table per warm server: its phases, what each sent and took."""
-    from warmctl.output import console, ms, secs, table
-    from warmctl.stream import median
+    from warmctl.server.stream import median
+    from warmctl.terminal.output import console, ms, secs, table
 
     out = console()
     for r in reports:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from warmctl.options import guard, textfile_options
+from warmctl.commands.options import guard, textfile_options
 
 # ExecCondition's exit statuses (systemd.service(5)): 1-254 skip the service, which is not
 # marked failed; 255 fails it (systemctl --failed, OnFailure=, the unit's result)
@@ -50,9 +50,9 @@ def command(
 
     def body() -> int:
         from warmctl.errors import WarmctlError
-        from warmctl.output import error_line, warning_line
-        from warmctl.textfile import record_window_skip
-        from warmctl.unitstate import ACTIONABLE, active_state
+        from warmctl.host.unitstate import ACTIONABLE, active_state
+        from warmctl.observe.textfile import record_window_skip
+        from warmctl.terminal.output import error_line, warning_line
 
         try:
             state = active_state(unit, systemctl)

@@ -1050,7 +1050,8 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(standby.pid, signal.SIGKILL)  # it may be stuck in vLLM's code
             return RETRY if self.replace_dead_standby(standby) else f"{what}: {self.fork_error}"
-        if answer.get("cuda_initialised") and not standby.report.get("cuda_initialised"):  # type: ignore[union-attr]
+        # type: ignore[union-attr]
+        if answer.get("cuda_initialised") and not standby.report.get("cuda_initialised"):
             say(f"standby {standby.pid}: preparing the server initialised CUDA")
         if not answer.get("ok"):
             return f"{what}: vLLM rejects it: {answer.get('error')}"

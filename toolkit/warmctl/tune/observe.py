@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from warmctl import metrics as m
-from warmctl.client import Client
 from warmctl.errors import WarmctlError
-from warmctl.metrics import Histogram
+from warmctl.server import metrics as m
+from warmctl.server.client import Client
+from warmctl.server.metrics import Histogram
 from warmctl.tune.scrape import Scrape, delta, scrape
 
 
@@ -207,7 +207,7 @@ def _sample(s: Scrape) -> Sample:
 
 def _server_facts(client: Client, obs: Observation) -> None:
     """What `/server_info` says (dev mode); nothing when it is not served."""
-    from warmctl.client import capture_sizes_from_config, device_from_config
+    from warmctl.server.client import capture_sizes_from_config, device_from_config
 
     try:
         info = client.server_info()

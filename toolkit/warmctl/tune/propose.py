@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from warmctl.metrics import CACHE_INFO, Histogram
-from warmctl.roles import gpu_capture_sizes
+from warmctl.plan.roles import gpu_capture_sizes
+from warmctl.server.metrics import CACHE_INFO, Histogram
 from warmctl.tune.observe import Observation
 
 # the project's GPU default (roles/vllm_service/defaults/main.yml): what "keep" means

@@ -1,5 +1,6 @@
 """`/metrics` scrapes for `warmctl tune`: the histograms, counters and gauges tune reads (through
-`warmctl.metrics`, the one parser), their difference between two scrapes, and the scrapes saved
+`warmctl.server.metrics`, the one parser), their difference between two scrapes, and the scrapes
+saved
 by `--save` for a later `--since`."""
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from warmctl.client import Client
 from warmctl.errors import WarmctlError
-from warmctl.metrics import (
+from warmctl.server.client import Client
+from warmctl.server.metrics import (
     CACHE_INFO,
     E2E_TIME,
     GENERATION_TOKENS,

@@ -4,7 +4,7 @@ A long-running, unprivileged process beside the instance (`vllm-NAME-waker.servi
 service user), speaking to the host's nginx through two unix sockets in the gate folder and to
 systemd through two request files there; it never starts, stops, sleeps or wakes anything itself:
 
-The gate's flag files it reads and the request files it creates: warmctl.gate (one model).
+The gate's flag files it reads and the request files it creates: warmctl.sleepwake.gate (one model).
 
 - `hold.py`     a request that reached the instance asleep-and-wakeable is held; the first asks
                 for one wake (the wake-request file, a path unit runs `warmctl wake`); all are
@@ -18,5 +18,5 @@ The gate's flag files it reads and the request files it creates: warmctl.gate (o
                 flight), then the sleep-request file (a path unit runs `warmctl sleep`)
 - `metrics.py`  its own Prometheus textfile beside the instance's (`warmctl_NAME.waker.prom`)
 - `service.py`  the options checked, the sockets bound, the loop run until SIGTERM
-- `wakehere.py` the waker's own wake (GPU): warmctl.actions.wake_instance in a thread
+- `wakehere.py` the waker's own wake (GPU): warmctl.sleepwake.actions.wake_instance in a thread
 """

@@ -1,5 +1,5 @@
 """The waker's configuration file (`warmctl waker --config FILE`): the JSON object the role renders
-from the instance's plan (warmctl.unitplan.waker_config), read and checked here. A bad file is
+from the instance's plan (warmctl.plan.units.waker_config), read and checked here. A bad file is
 one line (WarmctlError, exit 2) before anything is bound or written."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from warmctl.errors import WarmctlError
-from warmctl.gate import Flags
-from warmctl.target import parse_target
+from warmctl.server.target import parse_target
+from warmctl.sleepwake.gate import Flags
 from warmctl.waker.service import WakerConfig
 from warmctl.waker.wakehere import WakeHere
 

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from warmctl.output import warning_line
+from warmctl.terminal.output import warning_line
 
 QUIET_S = 5.0  # a storm is over after this long without hitting the bound
 EVERY_S = 60.0  # a storm that goes on: one line a minute

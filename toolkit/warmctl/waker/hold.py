@@ -41,8 +41,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from warmctl.gate import Flags, ask
-from warmctl.output import error_line, info_line, warning_line
+from warmctl.sleepwake.gate import Flags, ask
+from warmctl.terminal.output import error_line, info_line, warning_line
 from warmctl.waker.metrics import WakerMetrics
 
 # While something is held the flags are polled this often: systemd's services create and remove
@@ -51,7 +51,8 @@ from warmctl.waker.metrics import WakerMetrics
 # held.
 POLL_S = 0.025
 PASS = ("awake", "woke", "relaunched")  # nginx lets these through (204); others: 403
-# the gate's states (warmctl.gate) a request is held in; asleep (the closed flag) refuses, any
+# the gate's states (warmctl.sleepwake.gate) a request is held in; asleep (the closed flag)
+# refuses, any
 # other (draining: nginx's business) passes
 HELD = ("wakeable", "holding", "warming")
 
@@ -94,7 +95,8 @@ class Hold:
         """(outcome, seconds held) for one request nginx asks about; `gone()` completes when
         nginx closed the connection (awaited only while the request is held)."""
         now = self.clock()
-        # the gate's state (warmctl.gate: the proxy's precedence); a holding flag older than
+        # the gate's state (warmctl.sleepwake.gate: the proxy's precedence); a holding flag older
+        # than
         # the hold's bound holds no new request (a restart whose end never removed it, e.g. a
         # hand's `systemctl reload` that failed): they pass on
         state = self.flags.state(hold_max_age=self.hold_s)

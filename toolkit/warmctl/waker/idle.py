@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 
 from warmctl.errors import WarmctlError
-from warmctl.gate import Flags, ask
-from warmctl.output import error_line, info_line, warning_line
+from warmctl.sleepwake.gate import Flags, ask
+from warmctl.terminal.output import error_line, info_line, warning_line
 from warmctl.waker.metrics import WakerMetrics
 
 

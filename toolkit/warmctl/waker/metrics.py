@@ -3,7 +3,8 @@ written to `DIR/warmctl_NAME.waker.prom` (node_exporter's textfile collector rea
 
 A file of its own, not the instance's shared `warmctl_NAME.prom`: the waker runs for weeks and
 its counters live in its memory, while the commands' file is rewritten by each command under a
-lock (warmctl.textfile); two writers of one file would have to merge on every request held. The
+lock (warmctl.observe.textfile); two writers of one file would have to merge on every request held.
+The
 labels are the same as the commands' (vllm_instance, model, host: the model is read back from the
 instance's shared file, which the unit's warmup fills). Written at most once a second, and at
 exit, with `write_to_textfile` (a temporary file renamed over the old one).
@@ -22,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, writ
 from prometheus_client.metrics_core import Metric
 
 from warmctl.errors import WarmctlError
-from warmctl.textfile import file_name, read_samples
+from warmctl.observe.textfile import file_name, read_samples
 
 # what a held request's hold ended with (the 204 answers "awake" are not held: not counted)
 OUTCOMES = ("woke", "failed", "timeout", "refused", "gone")
@@ -168,7 +169,7 @@ class WakerMetrics:
     async def writer(self) -> None:
         """Write the file whenever something changed, at most once every `interval` s; one
         line when writing starts failing (not one per change), one when it works again."""
-        from warmctl.output import info_line, warning_line
+        from warmctl.terminal.output import info_line, warning_line
 
         self._dirty.set()
         while True:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from warmctl.errors import WarmctlError
-from warmctl.gate import Flags
-from warmctl.output import info_line
+from warmctl.sleepwake.gate import Flags
+from warmctl.terminal.output import info_line
 from warmctl.waker.connections import Connections, Door, Storm
 from warmctl.waker.hold import Hold
 from warmctl.waker.http import handler
@@ -183,8 +183,8 @@ def _notify_ready() -> None:
 
 
 def _load_reader(target: str) -> Any:
-    from warmctl.client import Client
-    from warmctl.target import parse_target
+    from warmctl.server.client import Client
+    from warmctl.server.target import parse_target
 
     client = Client(parse_target(target), timeout=LOAD_TIMEOUT_S)
     return client.server_load
@@ -192,9 +192,9 @@ def _load_reader(target: str) -> Any:
 
 def _serving_probe(target: str) -> Any:
     """After a restart or relaunch the requests were held for: does vLLM answer /health?"""
-    from warmctl.client import Client
     from warmctl.errors import WarmctlError
-    from warmctl.target import parse_target
+    from warmctl.server.client import Client
+    from warmctl.server.target import parse_target
 
     client = Client(parse_target(target), timeout=LOAD_TIMEOUT_S)
 

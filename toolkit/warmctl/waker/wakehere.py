@@ -5,12 +5,12 @@ wake-request file and a path unit runs the wake service. A sleep-mode wake is HT
 loopback plus the gate's files, all the service user's to do; started as a service it would
 pay a Python start and imports of its own (and the window check's) before the ~0.2 s wake
 itself, all of it inside the first request's hold. So the waker calls the library's wake
-(`warmctl.actions.wake_instance`: the same output check, light warmup, gate, as
+(`warmctl.sleepwake.actions.wake_instance`: the same output check, light warmup, gate, as
 `warmctl wake TARGET --gate CLOSED --gate WAKEABLE --cause request` does) in a thread of its own
 process, and writes the same metrics and journal lines. The wake-request file is created and
 removed around it as the path unit's service would, so the hold reads the outcome the same way
 (flag gone: woke; file gone, flag still there: failed). The gate's lock
-(`warmctl.gate.instance_lock`) keeps it from overlapping a sleep of the same instance.
+(`warmctl.sleepwake.gate.instance_lock`) keeps it from overlapping a sleep of the same instance.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from warmctl.output import error_line, info_line
+from warmctl.terminal.output import error_line, info_line
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,13 @@ class WakeHere:
 def run_wake(spec: WakeHere) -> int:
     """One wake, as `warmctl wake` with `--cause request` does it: its lines (or its error) on
     the log, its metrics written; 0 awake, else 2 (1: it crashed)."""
-    from warmctl.actions import WakeOptions, wake_instance, wake_lines
-    from warmctl.client import DEFAULT_TIMEOUT, Client
+    from warmctl.commands.options import lock_wait_line, write_metrics
     from warmctl.errors import WarmctlError
-    from warmctl.options import lock_wait_line, write_metrics
-    from warmctl.output import console
-    from warmctl.sleepwake import DEFAULT_OP_TIMEOUT
-    from warmctl.target import parse_target
+    from warmctl.server.client import DEFAULT_TIMEOUT, Client
+    from warmctl.server.target import parse_target
+    from warmctl.sleepwake.actions import WakeOptions, wake_instance, wake_lines
+    from warmctl.sleepwake.steps import DEFAULT_OP_TIMEOUT
+    from warmctl.terminal.output import console
 
     target = parse_target(spec.target)
     options = WakeOptions(
@@ -82,9 +82,6 @@ class LocalWake:
         self.name, self.spec, self.request_file = name, spec, request_file
         self.task: asyncio.Task[None] | None = None
         # warmctl's wake path imported now, not inside the first request's hold
-        import warmctl.actions
-        import warmctl.outputcheck
-        import warmctl.textfile  # noqa: F401
 
     def start(self) -> None:
         if self.task is None or self.task.done():

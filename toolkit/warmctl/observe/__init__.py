@@ -1,0 +1,1 @@
+"""What an operator and a monitoring system see: status, verify, the Prometheus textfile."""

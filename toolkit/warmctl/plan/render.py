@@ -1,0 +1,226 @@
+"""Render an instance's systemd files from `templates/` outside Ansible.
+
+The same template files the roles use, with the roles' own defaults (`roles/*/defaults/main.yml`)
+and the same filters, so the GPU benchmark and `warmctl render` start vLLM exactly as the unit
+would. `render_instance()` returns the instance's plan (warmctl.plan.instance) and every file
+rendered
+from it, with the plan's `argv` / `env` of the unit's ExecStart / EnvironmentFile (under the
+launcher, also its launch file's path and variables, and `server_argv`: what the server runs).
+
+    from warmctl.plan.render import render_instance
+    r = render_instance({"name": "qwen", "model": "/srv/models/qwen", "port": 8001},
+                        {"vllm_preflight_device_kind": "gpu"})
+    subprocess.Popen(r.argv, env={**os.environ, **r.env})
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from warmctl.errors import WarmctlError
+from warmctl.plan.calendar import CalendarError, to_oncalendar
+from warmctl.plan.instance import InstanceFacts, instance_facts
+from warmctl.plan.roles import role_defaults, templates_dir
+from warmctl.plan.unitfile import env_quote, systemd_quote
+from warmctl.sleepwake.gate import nginx_gate
+
+ANSIBLE_MANAGED = "Ansible managed"  # ansible-core's default `ansible_managed` text
+DEVICE_KEY = "vllm_preflight_device_kind"
+COLLECTION = "warmctl.vllm"  # the Ansible collection whose templates these are
+# whose files (warmctl.plan.instance) render() writes
+RENDERED_ROLES = ("vllm_service", "vllm_schedule")
+
+
+class RenderError(WarmctlError, ValueError):
+    """An instance that cannot be rendered, said in one line (exit code 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 2, kind="input")
+
+
+@dataclass(frozen=True)
+class RenderedInstance:
+    name: str
+    device: str  # "gpu" or "cpu"
+    unit_name: str  # vllm-<name>.service
+    unit_text: str
+    env_path: str
+    env_text: str
+    argv: list[str]  # the unit's ExecStart (argv[0] is the venv's python)
+    env: dict[str, str]  # the unit's EnvironmentFile
+    warmup_argv: list[str]  # the unit's ExecStartPost
+    sleep: bool  # vLLM sleep mode on (GPU host and sleep enabled)
+    files: dict[str, str] = field(default_factory=dict)  # host path -> text, every file
+    launch_path: str = ""  # the launch file under the launcher ("" without)
+    launch_env: dict[str, str] = field(default_factory=dict)  # the variables it sets
+    # what the server runs: `python -m MODULE ARGS...` (under the launcher, ARGS from its file)
+    server_argv: list[str] = field(default_factory=list)
+    plan: InstanceFacts | None = None  # everything derived of the instance (warmctl.plan.instance)
+
+
+def _combine(base: Mapping[str, Any], *others: Mapping[str, Any], recursive: bool = False) -> dict:
+    result = dict(base)
+    for other in others:
+        for key, value in other.items():
+            if recursive and isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+                result[key] = _combine(result[key], value, recursive=True)
+            else:
+                result[key] = value
+    return result
+
+
+def _oncalendar(expr: Any) -> list[str]:
+    try:
+        return to_oncalendar(expr)
+    except CalendarError as exc:
+        raise RenderError(str(exc)) from None
+
+
+@cache
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(
+        combine=_combine,
+        to_json=lambda value, **kw: json.dumps(value, **kw),
+        quote=lambda value: shlex.quote(str(value)),
+        basename=lambda value: posixpath.basename(str(value)),
+        regex_escape=lambda value: re.escape(str(value)),  # as Ansible's (re_type python)
+    )
+    # the collection's filters, by the names the templates use (plugins/filter/warmctl.py)
+    env.filters.update(
+        {
+            f"{COLLECTION}.vllm_systemd_quote": systemd_quote,
+            f"{COLLECTION}.vllm_env_quote": env_quote,
+            f"{COLLECTION}.vllm_oncalendar": _oncalendar,
+            f"{COLLECTION}.vllm_gate_answers": nginx_gate,
+        }
+    )
+    return env
+
+
+def _resolve(variables: dict[str, Any]) -> dict[str, Any]:
+    """Template the string defaults that refer to other variables (as Ansible would, lazily)."""
+    import jinja2
+
+    env = _environment()
+    for _ in range(5):
+        changed = False
+        for key, value in variables.items():
+            if isinstance(value, str) and "{{" in value:
+                try:
+                    rendered = env.from_string(value).render(variables)
+                except jinja2.TemplateError:  # needs Ansible-only facts/filters: not ours
+                    continue
+                if rendered != value:
+                    variables[key], changed = rendered, True
+        if not changed:
+            break
+    return variables
+
+
+def _render(template: str, variables: Mapping[str, Any]) -> str:
+    import jinja2
+
+    try:
+        return _environment().get_template(template).render(variables)
+    except jinja2.UndefinedError as exc:
+        raise RenderError(f"{template}: {exc.message}") from None
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"{template}: {exc}") from None
+
+
+def host_variables(host: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The roles' defaults overlaid with `host` (inventory/host vars), templated."""
+    variables = _combine(role_defaults(), {DEVICE_KEY: "gpu", "ansible_managed": ANSIBLE_MANAGED})
+    variables = _combine(variables, host or {})
+    if variables[DEVICE_KEY] not in ("gpu", "cpu"):
+        raise RenderError(f"{DEVICE_KEY} must be 'gpu' or 'cpu', got {variables[DEVICE_KEY]!r}")
+    return _resolve(variables)
+
+
+class InvalidVariables(RenderError):
+    """Variables `warmctl.plan.validate` refuses: `lines` holds one line per problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+def check_variables(variables: Mapping[str, Any], label: str) -> None:
+    """Raise InvalidVariables unless `variables` pass `warmctl.plan.validate` (as preflight's)."""
+    from warmctl.plan.validate import validate
+
+    lines = validate(variables, label)
+    if lines:
+        raise InvalidVariables(lines)
+
+
+def instance_plan(instance: Mapping[str, Any], base: Mapping[str, Any]) -> InstanceFacts:
+    """The instance's plan (warmctl.plan.instance) on a host with `base` (host_variables)."""
+    try:
+        return instance_facts(instance, base)
+    except ValueError as exc:
+        raise RenderError(str(exc)) from None
+
+
+def instance_variables(
+    instance: Mapping[str, Any], base: Mapping[str, Any], plan: InstanceFacts | None = None
+) -> dict[str, Any]:
+    """`base` (host_variables) with the instance and its plan (warmctl.plan.instance), as
+    vllm_preflight
+    sets them on a host: what the templates of one instance read."""
+    facts = (plan or instance_plan(instance, base)).as_dict()
+    return _combine(
+        base, {"vllm_instance": dict(instance), "vllm_preflight_facts": {facts["name"]: facts}}
+    )
+
+
+def render_instance(
+    instance: Mapping[str, Any], host: Mapping[str, Any] | None = None, label: str = "render"
+) -> RenderedInstance:
+    """Render every file of one instance (an item of `vllm_service_instances`); the variables
+    are validated first (`label` starts each problem line), so bad input is never a template
+    error. What runs (argv, environment, warmup, sleep) is the plan's, not read back from the
+    files."""
+    base = host_variables(host)
+    check_variables({**base, "vllm_service_instances": [instance]}, label)
+    plan = instance_plan(instance, base)
+    variables = instance_variables(instance, base, plan)
+    files: dict[str, str] = {}
+    for produced in plan.files:
+        if produced["role"] not in RENDERED_ROLES:
+            continue
+        extra = {"vllm_window": produced["window"], "vllm_window_action": produced["action"]}
+        files[produced["path"]] = _render(produced["template"], _combine(variables, extra))
+    return RenderedInstance(
+        name=plan.name,
+        device=variables[DEVICE_KEY],
+        unit_name=plan.unit,
+        unit_text=files[plan.unit_file],
+        env_path=plan.env_file,
+        env_text=files[plan.env_file],
+        argv=list(plan.exec_argv),
+        env=dict(plan.env_lines),
+        warmup_argv=list(plan.warmup_argv),
+        sleep=plan.sleep,
+        files=files,
+        launch_path=plan.launch_file,
+        launch_env=dict(plan.launch_env),
+        server_argv=list(plan.server_argv),
+        plan=plan,
+    )

@@ -1,0 +1,319 @@
+"""The units' policy of one instance: their sandbox (the hardening table, written once), the
+window, trigger, waker and boot-time services' commands, the gate flags each action sets and
+clears, and the waker's configuration. `unit_plan()` computes it from the instance's facts
+(warmctl.plan.instance calls it: the `units` field of InstanceFacts); the templates only print it.
+
+    units["instance"]["hardening"]   the server unit's sandbox lines
+    units["services"][SERVICE]       one sleep or wake service (a window's, the idle sleep's,
+                                     the request wake's): its argv, flags, conditions, sandbox
+    units["waker"]                   the waker unit: argv, limits, sandbox, and `config` (the
+                                     JSON file `warmctl waker --config` reads) with its text
+    units["reconcile"]               the boot-time window check: its After= and sandbox
+
+The hardening table: every line of every unit's sandbox, in the order the units print them,
+each with the unit kinds that have it; a line that only some kinds have says why beside it.
+`{paths}` and `{devices}` are each unit's own lines (what it may write, which devices it sees).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from warmctl.plan.roles import role_defaults, truthy
+
+if TYPE_CHECKING:
+    from warmctl.plan.instance import InstanceFacts
+
+# The variables the units' policy depends on (unset: the roles' defaults).
+UNIT_SETTINGS = (
+    "vllm_service_hardening",
+    "vllm_service_textfile_dir",
+    "vllm_service_timeout_start_sec",
+    "vllm_install_cache_dir",
+    "vllm_install_home",
+    "vllm_schedule_systemctl",
+    "vllm_schedule_sleep_args",
+    "vllm_schedule_wake_args",
+    "vllm_proxy_nginx_group",
+)
+KINDS = ("instance", "window", "waker", "reconcile")
+ALL = frozenset(KINDS)
+NOT_SERVER = ALL - {"instance"}
+# the door's bound on the waker's connections (nginx holds one per held request); its
+# descriptors hold it with room to spare (the bound + 256: connections closed for room, its files)
+WAKER_MAX_CONNECTIONS = 1024
+
+# (line, the unit kinds that have it); a line some kinds lack says why.
+HARDENING: tuple[tuple[str, frozenset[str]], ...] = (
+    (
+        "# Sandbox: an unprivileged user in a read-only system, writing only its caches and home",
+        frozenset({"instance"}),
+    ),
+    ("# (systemd-analyze security: exposure <= 4.0).", frozenset({"instance"})),
+    ("NoNewPrivileges=yes", ALL),
+    ("ProtectSystem=strict", ALL),
+    ("{paths}", ALL),
+    ("PrivateTmp=yes", ALL),
+    ("ProtectHome=yes", ALL),
+    # a GPU host's server sees its GPUs (DevicePolicy=closed + DeviceAllow), every other unit
+    # (and a CPU host's server) no device at all
+    ("{devices}", ALL),
+    ("ProtectKernelTunables=yes", ALL),
+    ("ProtectKernelModules=yes", ALL),
+    ("ProtectKernelLogs=yes", ALL),
+    ("ProtectControlGroups=yes", ALL),
+    ("ProtectClock=yes", ALL),
+    ("ProtectHostname=yes", ALL),
+    ("ProtectProc=invisible", ALL),
+    # the server's distributed setup (torch's gloo, NCCL) lists the host's interfaces over
+    # netlink (getifaddrs); no other unit needs it
+    ("RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK", frozenset({"instance"})),
+    ("RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", NOT_SERVER),
+    ("RestrictNamespaces=yes", ALL),
+    ("RestrictRealtime=yes", ALL),
+    ("RestrictSUIDSGID=yes", ALL),
+    ("LockPersonality=yes", ALL),
+    # the server's System V / POSIX IPC (its workers' shared memory) goes with it; the other
+    # units of the same user must not remove it (systemd removes the user's IPC when the last
+    # unit with RemoveIPC= of that user stops)
+    ("RemoveIPC=yes", frozenset({"instance"})),
+    ("PrivateMounts=yes", ALL),
+    # torch, Triton, inductor and CUDA compile code at run time (memory written, then
+    # executed): the server cannot have W^X; warmctl and systemctl can
+    ("MemoryDenyWriteExecute=yes", NOT_SERVER),
+    ("SystemCallArchitectures=native", ALL),
+    ("SystemCallFilter=@system-service", ALL),
+    # the server: what @system-service still allows and a server never calls; it keeps
+    # @resources (thread and NUMA binding: sched_setaffinity, mbind, setrlimit)
+    (
+        "SystemCallFilter=~@mount @swap @reboot @raw-io @obsolete @cpu-emulation @debug @module "
+        "@clock @privileged",
+        frozenset({"instance"}),
+    ),
+    # the waker: a unix-socket server and a warmctl wake, nothing privileged nor resource
+    # setting; windows and the boot-time check run systemctl as root, which sets its own
+    # limits (@resources): no deny list beyond @system-service
+    ("SystemCallFilter=~@privileged @resources", frozenset({"waker"})),
+    (
+        "# chown back (@privileged has it): without a capability it can only give its sockets "
+        "one of its",
+        frozenset({"waker"}),
+    ),
+    ("# own groups, nginx's", frozenset({"waker"})),
+    ("SystemCallFilter=@chown", frozenset({"waker"})),
+    ("SystemCallErrorNumber=EPERM", ALL),
+    # the server and the waker run unprivileged and need no capability; a window's service and
+    # the boot-time check run systemctl as root (a CPU host's window also writes the gate as
+    # root in the service user's folder): they keep root's capabilities
+    ("CapabilityBoundingSet=", frozenset({"instance", "waker"})),
+    ("AmbientCapabilities=", frozenset({"instance", "waker"})),
+    # the server's caches and home: not for other users; the other units' files are read by
+    # others (the gate's flags by nginx, metrics by node_exporter) and set their own modes
+    ("UMask=0027", frozenset({"instance"})),
+)
+
+
+def _list(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
+
+
+def unit_settings(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """The variables the units depend on: `variables` over the roles' defaults."""
+    defaults = role_defaults()
+    out = {key: variables.get(key) for key in UNIT_SETTINGS}
+    return {key: defaults.get(key) if value is None else value for key, value in out.items()}
+
+
+def hardening(kind: str, paths: list[str], devices: list[str]) -> list[str]:
+    """The sandbox lines of a unit of `kind` (the table's, with its own paths and devices)."""
+    lines: list[str] = []
+    for line, kinds in HARDENING:
+        if kind not in kinds:
+            continue
+        lines += paths if line == "{paths}" else devices if line == "{devices}" else [line]
+    return lines
+
+
+def _gpu_devices(instance: Mapping[str, Any]) -> list[str]:
+    gpus = instance.get("gpus")
+    lines = ["DevicePolicy=closed"]
+    if isinstance(gpus, (list, tuple)):
+        lines += [f"DeviceAllow=/dev/nvidia{gpu} rw" for gpu in gpus]
+    else:
+        lines.append("DeviceAllow=char-nvidia-frontend rw")
+    return [
+        *lines,
+        "DeviceAllow=/dev/nvidiactl rw",
+        "DeviceAllow=/dev/nvidia-uvm rw",
+        "DeviceAllow=/dev/nvidia-uvm-tools rw",
+        "DeviceAllow=char-nvidia-caps r",
+    ]
+
+
+def _instance(f: InstanceFacts, instance: Mapping[str, Any], s: Mapping[str, Any]) -> list[str]:
+    paths = [f"ReadWritePaths={s['vllm_install_cache_dir']} {s['vllm_install_home']}"]
+    if s["vllm_service_textfile_dir"]:
+        paths += ["# the warmup's metrics (Prometheus textfile)",
+                  f"ReadWritePaths=-{s['vllm_service_textfile_dir']}"]  # fmt: skip
+    devices = _gpu_devices(instance) if f.gpu else ["PrivateDevices=yes"]
+    return hardening("instance", paths, devices)
+
+
+def gate_flags(f: InstanceFacts, window: Mapping[str, Any], action: str) -> list[str]:
+    """The gate flags a sleep sets (one) or a wake clears: a sleep closes NAME.wakeable when a
+    request may wake the instance (the proxy holds it and the waker asks for a wake), else
+    NAME.closed (503 "asleep"); a wake opens both. None without the proxy."""
+    if not f.proxied:
+        return []
+    if action == "sleep":
+        wakes = f.wake_on_request and window.get("on_request") == "wake"
+        return [f.wakeable if wakes else f.gate]
+    return [f.gate, f.wakeable] if f.wake_on_request else [f.gate]
+
+
+def _sleeps(f: InstanceFacts) -> list[str]:
+    """Every sleep service of the instance (a wake asked while one runs waits for it)."""
+    windows = [w["units"]["sleep"]["service"] for w in f.windows]
+    return windows + [t["units"]["sleep"]["service"] for t in f.triggers if t["action"] == "sleep"]
+
+
+def _service_argv(
+    f: InstanceFacts, w: Mapping[str, Any], action: str, s: Mapping[str, Any]
+) -> dict[str, list[str]]:
+    """The commands of one sleep or wake service: its condition, its ExecStart (vLLM sleep mode)
+    or its drain (ExecStartPre, proxied without sleep mode) and systemctl's stop or start."""
+    gate = [arg for flag in gate_flags(f, w, action) for arg in ("--gate", flag)]
+    cause = ["--cause", str(w.get("cause", "window"))]
+    check = ["--output-check", f.outputs] if f.output_check else []
+    metrics = list(f.textfile_args)
+    if action == "sleep" and metrics and w.get("wake") is not None:
+        # the window's wake time: an alert tells a wake that did not come
+        metrics = [*metrics, "--next-wake", str(w["wake"])]
+    out: dict[str, list[str]] = {"condition": [], "start": [], "drain": [], "systemctl": []}
+    if f.sleep or action == "sleep":
+        out["condition"] = [f.warmctl, "window-check", f.unit, "--action", action, "--window",
+                            str(w.get("name")), "--systemctl", str(s["vllm_schedule_systemctl"]),
+                            *f.textfile_args]  # fmt: skip
+    if f.sleep and action == "sleep":
+        out["start"] = [f.warmctl, "sleep", f.target, "--level", str(w["level"]), *gate, *cause,
+                        *check, *metrics, *_list(s["vllm_schedule_sleep_args"])]  # fmt: skip
+    elif f.sleep:
+        out["start"] = [f.warmctl, "wake", f.target, *gate, *cause, *check,
+                        *f.textfile_args, *_list(s["vllm_schedule_wake_args"])]  # fmt: skip
+    else:
+        if f.proxied and action == "sleep":
+            out["drain"] = [f.warmctl, "sleep", f.target, "--drain-only", *gate, *cause, *metrics]
+        verb = "stop" if action == "sleep" else "start"
+        out["systemctl"] = [str(s["vllm_schedule_systemctl"]), verb, f.unit]
+    return out
+
+
+def _service(
+    f: InstanceFacts, w: Mapping[str, Any], action: str, s: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One sleep or wake service: a window's (its timer starts it) or a trigger's (its path
+    unit starts it when the waker creates `file`)."""
+    trigger = w.get("file") is not None
+    argv = _service_argv(f, w, action, s)
+    checked = bool(argv["start"]) and f.output_check
+    paths = [f"ReadWritePaths=-{f.gate_dir}"] if f.proxied else []
+    writes_metrics = f.sleep or (f.proxied and action == "sleep")
+    if s["vllm_service_textfile_dir"] and writes_metrics:
+        paths.append(f"ReadWritePaths=-{s['vllm_service_textfile_dir']}")
+    cause = str(w.get("cause", "window"))
+    asked = f"idle for {f.idle_after} s" if cause == "idle" else "a request came while asleep"
+    return {
+        "action": action,
+        "trigger": trigger,
+        # the Description= of the service, and what its path unit starts it for (a trigger's)
+        "description": f"{action} ({asked}; asked by the waker)"
+        if trigger
+        else f"{action} ({w.get('name')} window)",
+        "purpose": ("idle sleep" if cause == "idle" else "wake on request") if trigger else "",
+        "cause": cause,
+        "gate_flags": gate_flags(f, w, action),
+        "after": _sleeps(f) if trigger and action == "wake" else [],
+        **argv,
+        "sleep_mode": f.sleep,
+        "state_directory": checked,  # the recorded answers (sleep writes, wake reads)
+        # a start that failed leaves the instance stopped, not retried behind the waker's back
+        "stop_failed_start": trigger and action == "wake" and not f.sleep,
+        "remove_file": str(w["file"]) if trigger else "",  # the waker's ask is answered
+        "hardening": hardening("window", paths, ["PrivateDevices=yes"]) if _on(s) else [],
+    }
+
+
+def _on(s: Mapping[str, Any]) -> bool:
+    return truthy(s["vllm_service_hardening"])
+
+
+def waker_config(f: InstanceFacts, s: Mapping[str, Any]) -> dict[str, Any]:
+    """What `warmctl waker --config FILE` reads (warmctl.waker.config.load_config)."""
+    check = f.sleep and f.output_check
+    return {
+        "name": f.name,
+        "target": f.target,
+        "socket": f.waker_socket,
+        "activity_socket": f.activity_socket,
+        "socket_group": str(s["vllm_proxy_nginx_group"]),
+        "max_connections": WAKER_MAX_CONNECTIONS,
+        "flags": {
+            "wakeable": f.wakeable,
+            "closed": f.gate,
+            "warming": f.warming,
+            "draining": f.draining,
+            "wake_request": f.wake_request,
+            "sleep_request": f.sleep_request,
+            "holding": f.holding if f.restart_hold else None,
+        },
+        "idle_after": f.idle_after,
+        "hold": f.wake_hold,
+        "failed_backoff": f.wake_failed_backoff,
+        # vLLM sleep mode: the waker wakes it itself, as the wake service would (~0.2 s, no
+        # process to start inside the first request's hold); a CPU host's wake is systemd's start
+        "wake_here": f.sleep,
+        "output_check": f.outputs if check else None,
+        "textfile_dir": str(s["vllm_service_textfile_dir"]) or None,
+    }
+
+
+def _waker(f: InstanceFacts, s: Mapping[str, Any], config_path: str) -> dict[str, Any]:
+    paths = [f"ReadWritePaths={f.gate_dir}"]
+    if s["vllm_service_textfile_dir"]:
+        paths.append(f"ReadWritePaths=-{s['vllm_service_textfile_dir']}")
+    config = waker_config(f, s)
+    return {
+        "argv": [f.warmctl, "waker", "--config", config_path],
+        "config_path": config_path,
+        "config": config,
+        "config_text": json.dumps(config, indent=2),  # the template ends the file
+        "limit_nofile": WAKER_MAX_CONNECTIONS * 2,
+        "hardening": hardening("waker", paths, ["PrivateDevices=yes"]) if _on(s) else [],
+    }
+
+
+def unit_plan(
+    f: InstanceFacts, instance: Mapping[str, Any], variables: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The units' part of an instance's plan (see the module's docstring)."""
+    s = unit_settings(variables)
+    services = {}
+    for w in [*f.windows, *f.triggers]:
+        for action, names in w["units"].items():
+            services[names["service"]] = _service(f, w, action, s)
+    after = [f.unit, "time-sync.target"]
+    for w in f.windows:
+        after += [w["units"]["sleep"]["service"], w["units"]["wake"]["service"]]
+    return {
+        "instance": {"hardening": _instance(f, instance, s) if _on(s) else []},
+        "services": services,
+        "waker": _waker(f, s, f.waker_config) if f.waker_unit else {},
+        "reconcile": {
+            "after": after if f.windows else [],
+            # outside every window: awake, by a wake service (any window's wakes it; the first's)
+            "awake_service": f.windows[0]["units"]["wake"]["service"] if f.windows else "",
+            "hardening": hardening("reconcile", [], ["PrivateDevices=yes"]) if _on(s) else [],
+        },
+    }

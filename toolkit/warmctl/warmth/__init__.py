@@ -1,0 +1,1 @@
+"""The warmup: prompts, batch sizes, chat, first-versus-steady measurement."""

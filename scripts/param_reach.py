@@ -58,6 +58,11 @@ ELSEWHERE: dict[str, dict[str, str]] = {
         "toolkit/warmctl/server/target.py": "a URL's port, parsed from what the operator types",
         "toolkit/warmctl/client.py": "a URL's port",
         "toolkit/warmctl/server/client.py": "a URL's port",
+        "toolkit/warmctl/fleet.py": "a Target's port (the URL a host's verify measures)",
+        "toolkit/warmctl/observe/fleet.py": "a Target's port (the URL a host's verify measures)",
+        "toolkit/warmctl/commands/tune.py": "a Target's port (the URL tune observes)",
+        "toolkit/warmctl/commands/status.py": "status's --upstream: an address the operator types",
+        "toolkit/warmctl/observe/status.py": "status's --upstream: an address the operator types",
     },
     "launcher": {
         "toolkit/warmctl/launcher/": "the launcher itself: the running process",
@@ -65,11 +70,9 @@ ELSEWHERE: dict[str, dict[str, str]] = {
         "toolkit/warmctl/commands/bench.py": "the bench's own launcher runs",
     },
 }
-# how a name is read: an attribute, a key, a keyword, a YAML key, a Jinja variable
-READ = (
-    r"(\.{n}\b|\[['\"]{n}['\"]\]|['\"]{n}['\"]|\b{n}\s*=[^=]|^\s*-?\s*{n}:|"
-    r"\b{n}\b(?=\s*(\}}\}}|\||%|\)|,|\s+if\b|\s+else\b)))"
-)
+# how a name is read: an attribute, a key, a keyword, a YAML key; in a template also a variable
+READ = r"(\.{n}\b|\[['\"]{n}['\"]\]|['\"]{n}['\"]|\b{n}\s*=[^=]|^\s*-?\s*{n}:)"
+JINJA = r"(\b{n}\b(?=\s*(\}}\}}|\||%|\)|,|\s+if\b|\s+else\b)))"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -105,7 +108,8 @@ def code_of(path: str, text: str) -> str:
         for number, line in enumerate(lines, 1):
             cut = [col for (row, col) in comments if row == number]
             out.append(line[: min(cut)] if cut else line)
-        return "\n".join(out)
+        # an import names a module (warmctl.launcher), not the parameter
+        return "\n".join(re.sub(r"^\s*(from|import)\s.*$", "", line) for line in out)
     if path.endswith(".j2"):
         return re.sub(r"\{#.*?#\}", "", text, flags=re.S)
     if path.endswith((".yml", ".yaml")):
@@ -118,6 +122,7 @@ def crossed(parameter: str, rev: str = "", repo: Path = ROOT) -> list[str]:
     """The product's files that read the parameter, or a name it has on its way, in their code."""
     names = PARAMETERS[parameter]
     pattern = re.compile("|".join(READ.format(n=re.escape(n)) for n in names), re.M)
+    jinja = re.compile("|".join(JINJA.format(n=re.escape(n)) for n in names), re.M)
     elsewhere = ELSEWHERE.get(parameter, {})
     listing = _git(repo, "ls-tree", "-r", "--name-only", rev or "HEAD", "--", *PRODUCT)
     hits = []
@@ -125,7 +130,8 @@ def crossed(parameter: str, rev: str = "", repo: Path = ROOT) -> list[str]:
         if not path.endswith(SOURCES) or any(path.startswith(p) for p in elsewhere):
             continue
         text = _git(repo, "show", f"{rev}:{path}") if rev else (repo / path).read_text()
-        if pattern.search(code_of(path, text)):
+        code = code_of(path, text)
+        if pattern.search(code) or (path.endswith(".j2") and jinja.search(code)):
             hits.append(path)
     return hits
 

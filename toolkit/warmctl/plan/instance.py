@@ -175,6 +175,7 @@ class InstanceFacts:
     textfile_dir: str  # the Prometheus textfile folder ("": off)
     textfile_args: tuple[str, ...]  # its options of warmctl's commands
     cache_dir: str  # the compile and model caches (vllm_install_cache_dir)
+    summary: str  # the unit's one-line comment: what it serves, where, how
     # the units' sandbox, commands and gate flags, the waker's configuration (warmctl.plan.units)
     units: dict[str, Any] = field(default_factory=dict)
 

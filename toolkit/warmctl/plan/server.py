@@ -262,4 +262,12 @@ def server_plan(instance: Mapping[str, Any], s: Mapping[str, Any], c: Core) -> d
         "textfile_dir": str(s["vllm_service_textfile_dir"] or ""),
         "textfile_args": tuple(textfile_args(s, c.name)),
         "cache_dir": str(s["vllm_install_cache_dir"]),
+        "summary": summary(instance, c),
     }
+
+
+def summary(instance: Mapping[str, Any], c: Core) -> str:
+    """The unit's one-line comment: what it serves, where, how."""
+    what = f"the model of {c.launch_file}" if c.launcher else str(instance.get("model", ""))
+    how = f"{'GPU' if c.gpu else 'CPU'}, sleep {'on' if c.sleep else 'off'}"
+    return f'vLLM instance "{c.name}": {what} on {c.bind}:{c.upstream} ({how}).'

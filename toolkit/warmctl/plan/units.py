@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from warmctl.plan.roles import role_defaults, truthy
@@ -37,6 +38,8 @@ UNIT_SETTINGS = (
     "vllm_schedule_sleep_args",
     "vllm_schedule_wake_args",
     "vllm_proxy_nginx_group",
+    "vllm_install_user",
+    "vllm_proxy_access_log",
 )
 KINDS = ("instance", "window", "waker", "reconcile")
 ALL = frozenset(KINDS)
@@ -279,12 +282,43 @@ def waker_config(f: InstanceFacts, s: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def activity_log(f: InstanceFacts, s: Mapping[str, Any]) -> list[str]:
+    """The proxy's access-log lines of /v1/ under idle sleep: every request vLLM answered (not the
+    gate's own answers: no upstream) is one syslog datagram to the waker, its idle clock; the
+    host's access log stays. [] without idle sleep."""
+    if not f.idle_after:
+        return []
+    host_log = str(s["vllm_proxy_access_log"])
+    lines = [f"        access_log {host_log};"] if host_log != "off" else []
+    return [*lines, f"        access_log syslog:server=unix:{f.activity_socket},nohostname,"
+                    "tag=warmctl combined if=$upstream_addr;"]  # fmt: skip
+
+
+def _waker_comment(f: InstanceFacts, s: Mapping[str, Any]) -> list[str]:
+    """The waker unit's opening comment: what it watches and how it wakes the instance."""
+    idle = (f"after {f.idle_after} s without one and nothing in flight (vLLM /load) it asks for "
+            "the idle sleep; " if f.idle_after else "")  # fmt: skip
+    wake = "wakes it itself, as the wake service would" if f.sleep else "asks systemd for one start"
+    return [
+        f'The waker of vLLM instance "{f.name}" (warmctl waker): the proxy\'s requests end in its',
+        f"access log ({PurePath(f.activity_socket).name}); {idle}while",
+        "the instance sleeps wakable, the proxy holds each request on it "
+        f"({PurePath(f.waker_socket).name}, nginx",
+        f"auth_request) and {wake} (up to {f.wake_hold} s, then 503). It asks",
+        "systemd through files its path units watch; it needs no privilege and listens on unix "
+        "sockets only,",
+        f"mode 0660 with nginx's group ({s['vllm_proxy_nginx_group']}): nginx's workers and "
+        f"{s['vllm_install_user']} connect, no other user.",
+    ]
+
+
 def _waker(f: InstanceFacts, s: Mapping[str, Any], config_path: str) -> dict[str, Any]:
     paths = [f"ReadWritePaths={f.gate_dir}"]
     if s["vllm_service_textfile_dir"]:
         paths.append(f"ReadWritePaths=-{s['vllm_service_textfile_dir']}")
     config = waker_config(f, s)
     return {
+        "comment": _waker_comment(f, s),
         "argv": [f.warmctl, "waker", "--config", config_path],
         "config_path": config_path,
         "config": config,
@@ -310,6 +344,7 @@ def unit_plan(
         "instance": {"hardening": _instance(f, instance, s) if _on(s) else []},
         "services": services,
         "waker": _waker(f, s, f.waker_config) if f.waker_unit else {},
+        "proxy": {"activity_log": activity_log(f, s)},
         "reconcile": {
             "after": after if f.windows else [],
             # outside every window: awake, by a wake service (any window's wakes it; the first's)

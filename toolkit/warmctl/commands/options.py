@@ -13,6 +13,7 @@ import click
 
 from warmctl.errors import WarmctlError
 from warmctl.server.target import Target, parse_target
+from warmctl.sleepwake.gate import CAUSES
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -77,7 +78,7 @@ def cause_option(action: str) -> Callable[[F], F]:
     """--cause of sleep and wake: what made it happen, in the metrics and the gate's flag."""
     return click.option(
         "--cause",
-        type=click.Choice(["window", "idle", "request", "manual"]),
+        type=click.Choice(CAUSES),
         default="manual",
         show_default=True,
         help=f"Why this {action} happens (its window's timer, the waker's idle sleep or a request "

@@ -33,14 +33,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from warmctl.errors import WarmctlError
 from warmctl.host import safefs
+from warmctl.sleepwake.gate import CAUSES
 
 INSTANCE_LABELS = ("vllm_instance", "model", "host")
 RESULTS = ("pass", "fail", "asleep", "error")
 STATES = ("awake", "asleep", "error")
 COMMANDS = ("verify", "warmup", "sleep", "wake")
-# why a sleep or a wake happened: its window's timer, the waker (idle sleep, a request that
-# reached the instance asleep) or a person
-CAUSES = ("window", "idle", "request", "manual")
 
 
 @dataclass(frozen=True)

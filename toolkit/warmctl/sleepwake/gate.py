@@ -58,6 +58,9 @@ T = TypeVar("T")
 VERIFY_HEADER = "X-Warmctl-Verify"
 
 # -- the flags and their precedence ------------------------------------------------------------
+# why a sleep or a wake happened: its window's timer, the waker (idle sleep, a request that
+# reached the instance asleep) or a person; the commands' --cause, the flag's text, the metrics
+CAUSES = ("window", "idle", "request", "manual")
 CLOSED, WAKEABLE, HOLDING = "closed", "wakeable", "holding"
 WARMING, DRAINING = "warming", "draining"
 # the waker's two asks to systemd (path units), beside the flags

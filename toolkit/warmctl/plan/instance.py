@@ -59,7 +59,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from warmctl.plan.roles import role_defaults, truthy
+from warmctl.plan.roles import integer, role_defaults, truthy
 from warmctl.plan.server import Core, server_plan
 from warmctl.plan.units import unit_plan
 
@@ -198,15 +198,6 @@ def _load_balanced(setting: Any, awake_port: int) -> bool:
     return truthy(setting)
 
 
-def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be an integer, got {value!r}")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be an integer, got {value!r}") from None
-
-
 def duration_seconds(value: Any, what: str) -> int:
     """Seconds of a duration: an integer (seconds) or "90s", "15m"/"15min", "2h"."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -324,9 +315,9 @@ def _wake_settings(s: Mapping[str, Any], sleep: bool) -> tuple[int, int]:
     """How long the proxy holds a request while the instance wakes; the backoff after a failed
     wake."""
     hold = s["vllm_schedule_wake_hold_sec"]
-    wake_hold = _int(WAKE_HOLD["gpu" if sleep else "cpu"] if hold in (None, "auto") else hold,
+    wake_hold = integer(WAKE_HOLD["gpu" if sleep else "cpu"] if hold in (None, "auto") else hold,
                      "vllm_schedule_wake_hold_sec")  # fmt: skip
-    backoff = _int(s["vllm_schedule_wake_failed_backoff_sec"],
+    backoff = integer(s["vllm_schedule_wake_failed_backoff_sec"],
                    "vllm_schedule_wake_failed_backoff_sec")  # fmt: skip
     if backoff < 0:
         raise ValueError(f"vllm_schedule_wake_failed_backoff_sec must be >= 0, got {backoff}")
@@ -403,8 +394,8 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     # idle sleep needs the door every request passes: the proxy
     proxied = truthy(mode) or (mode == "auto" and (sleep or idle_after > 0))
     launcher = _launcher(instance, s["vllm_service_launcher"], gpu)
-    port = _int(instance.get("port", s["vllm_service_port"]), f"instance {name}: port")
-    offset = _int(s["vllm_proxy_upstream_port_offset"], "vllm_proxy_upstream_port_offset")
+    port = integer(instance.get("port", s["vllm_service_port"]), f"instance {name}: port")
+    offset = integer(s["vllm_proxy_upstream_port_offset"], "vllm_proxy_upstream_port_offset")
     upstream = port + offset if proxied else port
     bind = "127.0.0.1" if (proxied or sleep) else str(instance.get("bind", s["vllm_service_bind"]))
     gate_dir = str(s["vllm_proxy_gate_dir"])
@@ -412,12 +403,12 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     wake_on_request = proxied and (
         idle_after > 0 or any(w["on_request"] == "wake" for w in window_facts)
     )
-    idle_level = _int(idle.get("level", SLEEP_LEVEL), f"instance {name}: idle_sleep.level")
+    idle_level = integer(idle.get("level", SLEEP_LEVEL), f"instance {name}: idle_sleep.level")
     wake_hold, backoff = _wake_settings(s, sleep)
     gate_files = _gate_files(gate_dir, name)
     idle_now = (idle_after, idle_level) if proxied else (0, idle_level)
     triggers = _triggers(name, gate_files, idle_now, wake_on_request, sleep)
-    awake_port = _int(instance.get("awake_port", 0), f"instance {name}: awake_port")
+    awake_port = integer(instance.get("awake_port", 0), f"instance {name}: awake_port")
     load_balanced = _load_balanced(s["vllm_proxy_load_balanced"], awake_port)
     restart_hold = proxied and not load_balanced
     unit_dir, config_dir = s["vllm_service_unit_dir"], s["vllm_service_config_dir"]

@@ -42,6 +42,16 @@ def truthy(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "yes", "1", "on")
 
 
+def integer(value: Any, what: str) -> int:
+    """The one reading of an integer setting: a bool is not one; `what` names it in the error."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be an integer, got {value!r}") from None
+
+
 def templates_dir() -> Path:
     return _find("templates")
 

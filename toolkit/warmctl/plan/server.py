@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from warmctl.plan.launchfile import launch_env
-from warmctl.plan.roles import truthy
+from warmctl.plan.roles import integer, truthy
 
 GPU_MODULE = "vllm.entrypoints.cli.main"  # `-m vllm.entrypoints.cli.main serve MODEL ...`
 CPU_MODULE = "vllm.entrypoints.openai.api_server"  # `-m ... --model MODEL ...`
@@ -87,15 +87,6 @@ class Core(NamedTuple):
     launch_state: str
 
 
-def _number(value: Any, what: str) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be an integer, got {value!r}")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be an integer, got {value!r}") from None
-
-
 def _list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, Sequence) and not isinstance(value, str) else []
 
@@ -110,12 +101,12 @@ def kv_cache_tokens(instance: Mapping[str, Any], s: Mapping[str, Any], sleep: bo
     tokens (/wake_up re-maps the whole KV cache), else 0."""
     name = instance.get("name", "")
     if "kv_cache_tokens" in instance:
-        return _number(instance["kv_cache_tokens"], f"instance {name}: kv_cache_tokens")
+        return integer(instance["kv_cache_tokens"], f"instance {name}: kv_cache_tokens")
     user = _list(s["vllm_service_extra_args"]) + _list(instance.get("extra_args"))
     own = "gpu_memory_utilization" in instance or any(str(a).startswith(KV_OWN_FLAGS) for a in user)
     if not sleep or own:
         return 0
-    return _number(s["vllm_service_sleep_kv_cache_tokens"], "vllm_service_sleep_kv_cache_tokens")
+    return integer(s["vllm_service_sleep_kv_cache_tokens"], "vllm_service_sleep_kv_cache_tokens")
 
 
 def _flag_args(row: Flag, value: Any, gpu: bool) -> list[str]:
@@ -145,7 +136,7 @@ def server_args(
     # last byte: the drain before a restart or sleep waits for it (warmctl.sleepwake.steps.drain)
     args += ["--host", c.bind, "--port", str(c.upstream), "--enable-server-load-tracking"]
     # on SIGTERM, finish what is in flight, then stop the engine core in order
-    shutdown = _number(s["vllm_service_shutdown_timeout"], "vllm_service_shutdown_timeout")
+    shutdown = integer(s["vllm_service_shutdown_timeout"], "vllm_service_shutdown_timeout")
     if shutdown > 0:
         args += ["--shutdown-timeout", str(shutdown)]
     values = {**instance, "kv_cache_tokens": kv_tokens}

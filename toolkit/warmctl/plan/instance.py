@@ -57,11 +57,24 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from warmctl.plan.roles import integer, role_defaults, truthy
 from warmctl.plan.server import Core, server_plan
 from warmctl.plan.units import unit_plan
+from warmctl.sleepwake.gate import (
+    ACTIVITY_SOCKET,
+    CLOSED,
+    DRAINING,
+    HOLDING,
+    SLEEP_REQUEST,
+    WAKE_REQUEST,
+    WAKEABLE,
+    WAKER_SOCKET,
+    WARMING,
+    GateFiles,
+)
 
 # The variables the facts depend on (unset: the roles' defaults); the one list of them.
 SETTINGS = (
@@ -325,18 +338,14 @@ def _wake_settings(s: Mapping[str, Any], sleep: bool) -> tuple[int, int]:
 
 
 def _gate_files(gate_dir: str, name: str) -> dict[str, str]:
-    """The instance's files in the gate folder (warmctl.sleepwake.gate) and its output check's
+    """The instance's files in the gate folder (the gate model's names) and its output check's
     answers."""
+    files = GateFiles(Path(gate_dir), name)
+    named = {"gate": CLOSED, "draining": DRAINING, "warming": WARMING, "holding": HOLDING,
+             "wakeable": WAKEABLE, "wake_request": WAKE_REQUEST, "sleep_request": SLEEP_REQUEST,
+             "waker_socket": WAKER_SOCKET, "activity_socket": ACTIVITY_SOCKET}  # fmt: skip
     return {
-        "gate": f"{gate_dir}/{name}.closed",
-        "draining": f"{gate_dir}/{name}.draining",
-        "warming": f"{gate_dir}/{name}.warming",
-        "holding": f"{gate_dir}/{name}.holding",
-        "wakeable": f"{gate_dir}/{name}.wakeable",
-        "wake_request": f"{gate_dir}/{name}.wake-request",
-        "sleep_request": f"{gate_dir}/{name}.sleep-request",
-        "waker_socket": f"{gate_dir}/{name}.waker.sock",
-        "activity_socket": f"{gate_dir}/{name}.activity.sock",
+        **{field: str(files.path(suffix)) for field, suffix in named.items()},
         # the greedy answers a sleep records and a wake replays (vllm_schedule_output_check)
         "outputs": f"/var/lib/warmctl/{name}.outputs.json",
     }

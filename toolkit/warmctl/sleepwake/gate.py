@@ -65,6 +65,8 @@ CLOSED, WAKEABLE, HOLDING = "closed", "wakeable", "holding"
 WARMING, DRAINING = "warming", "draining"
 # the waker's two asks to systemd (path units), beside the flags
 WAKE_REQUEST, SLEEP_REQUEST = "wake-request", "sleep-request"
+# the waker's sockets beside them: its HTTP door (nginx's auth_request), nginx's access log
+WAKER_SOCKET, ACTIVITY_SOCKET = "waker.sock", "activity.sock"
 
 
 @dataclass(frozen=True)

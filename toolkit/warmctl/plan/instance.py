@@ -111,6 +111,14 @@ SETTINGS = (
     "vllm_install_cache_dir",
     "vllm_install_user",
     "vllm_install_group",
+    # the units' plan (warmctl.plan.units)
+    "vllm_service_hardening",
+    "vllm_install_home",
+    "vllm_schedule_systemctl",
+    "vllm_schedule_sleep_args",
+    "vllm_schedule_wake_args",
+    "vllm_proxy_nginx_group",
+    "vllm_proxy_access_log",
 )
 SLEEP_LEVEL = 1  # a window's vLLM sleep level unless it names one
 ON_REQUEST = ("refuse", "wake")  # what a request does to a sleeping instance (window default first)
@@ -466,7 +474,7 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "output_check": truthy(s["vllm_schedule_output_check"]),
     }
     plan = InstanceFacts(**facts, **_server(instance, s, facts))
-    return replace(plan, units=unit_plan(plan, instance, variables))
+    return replace(plan, units=unit_plan(plan, instance, s))
 
 
 def inventory_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) -> InstanceFacts:

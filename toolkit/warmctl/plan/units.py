@@ -22,25 +22,12 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from warmctl.plan.roles import role_defaults, truthy
+from warmctl.plan.roles import truthy
 
 if TYPE_CHECKING:
     from warmctl.plan.instance import InstanceFacts
 
 # The variables the units' policy depends on (unset: the roles' defaults).
-UNIT_SETTINGS = (
-    "vllm_service_hardening",
-    "vllm_service_textfile_dir",
-    "vllm_service_timeout_start_sec",
-    "vllm_install_cache_dir",
-    "vllm_install_home",
-    "vllm_schedule_systemctl",
-    "vllm_schedule_sleep_args",
-    "vllm_schedule_wake_args",
-    "vllm_proxy_nginx_group",
-    "vllm_install_user",
-    "vllm_proxy_access_log",
-)
 KINDS = ("instance", "window", "waker", "reconcile")
 ALL = frozenset(KINDS)
 NOT_SERVER = ALL - {"instance"}
@@ -120,13 +107,6 @@ HARDENING: tuple[tuple[str, frozenset[str]], ...] = (
 
 def _list(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
-
-
-def unit_settings(variables: Mapping[str, Any]) -> dict[str, Any]:
-    """The variables the units depend on: `variables` over the roles' defaults."""
-    defaults = role_defaults()
-    out = {key: variables.get(key) for key in UNIT_SETTINGS}
-    return {key: defaults.get(key) if value is None else value for key, value in out.items()}
 
 
 def hardening(kind: str, paths: list[str], devices: list[str]) -> list[str]:
@@ -329,10 +309,10 @@ def _waker(f: InstanceFacts, s: Mapping[str, Any], config_path: str) -> dict[str
 
 
 def unit_plan(
-    f: InstanceFacts, instance: Mapping[str, Any], variables: Mapping[str, Any]
+    f: InstanceFacts, instance: Mapping[str, Any], s: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The units' part of an instance's plan (see the module's docstring)."""
-    s = unit_settings(variables)
+    """The units' part of an instance's plan (see the module's docstring); `s`: the plan's
+    settings (warmctl.plan.instance.SETTINGS, over the roles' defaults)."""
     services = {}
     for w in [*f.windows, *f.triggers]:
         for action, names in w["units"].items():

@@ -126,7 +126,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     sleep_svc = r.files[f"{units}/vllm-qwen-sleep-weekend.service"]
     assert unit_values(sleep_svc, "Service", "ExecStart") == [
         "/opt/warmctl/bin/warmctl sleep 127.0.0.1:18000 --level 2 --gate /run/vllm-gate/qwen.closed"
-        " --cause window"
+        " --cause window --window weekend"
         " --output-check /var/lib/warmctl/qwen.outputs.json"
     ]
     assert unit_values(sleep_svc, "Service", "StateDirectory") == ["warmctl"]

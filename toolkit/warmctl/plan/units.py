@@ -169,6 +169,9 @@ def _service_argv(
     or its drain (ExecStartPre, proxied without sleep mode) and systemctl's stop or start."""
     gate = [arg for flag in gate_flags(f, w, action) for arg in ("--gate", flag)]
     cause = ["--cause", str(w.get("cause", "window"))]
+    if action == "sleep" and w.get("cause", "window") == "window":
+        # the flag's text names the window (`warmctl status` says which one put it to sleep)
+        cause += ["--window", str(w.get("name"))]
     check = ["--output-check", f.outputs] if f.output_check else []
     metrics = list(f.textfile_args)
     if action == "sleep" and metrics and w.get("wake") is not None:

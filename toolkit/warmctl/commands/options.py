@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any, TypeVar
 
 import click
@@ -99,17 +98,6 @@ def output_check_option(help_text: str) -> Callable[[F], F]:
     )
 
 
-def lock_wait_line(label: str) -> Callable[[str], None]:
-    """What a sleep or wake says while it waits for another one of the same instance."""
-    return partial(_info, label)
-
-
-def _info(label: str, text: str) -> None:
-    from warmctl.terminal.output import info_line
-
-    info_line(f"{label}: {text}", True)
-
-
 def one_instance(option: str, given: object, targets: Sequence[Target]) -> None:
     """An option that belongs to one instance (its gate, its recorded answers): one HOST."""
     if given and len(targets) != 1:
@@ -145,41 +133,6 @@ def textfile_options(fn: F) -> F:
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
-
-
-def write_metrics(
-    textfile_dir: str | None,
-    instance_name: str | None,
-    command: str,
-    targets: Sequence[Target],
-    results: Sequence[object],
-    *,
-    next_wake: float | None = None,
-    cause: str = "manual",
-) -> int:
-    """Write each target's outcome to its textfile (when --textfile-dir is given).
-    0, or 2 after one line on stderr per file that could not be written."""
-    if not textfile_dir:
-        return 0
-    from warmctl.observe.textfile import record
-    from warmctl.terminal.output import error_line
-
-    code = 0
-    for t, r in zip(targets, results, strict=True):
-        try:
-            record(
-                textfile_dir,
-                command,
-                instance_name or t.label,
-                t.host,
-                r,
-                next_wake=next_wake,
-                cause=cause,
-            )
-        except WarmctlError as err:
-            error_line(err.message)
-            code = 2
-    return code
 
 
 def check_instance_name(instance_name: str | None, targets: Sequence[Target]) -> None:

@@ -83,8 +83,9 @@ def command(
     """
 
     def body() -> int:
-        from warmctl.commands.options import check_instance_name, write_metrics
+        from warmctl.commands.options import check_instance_name
         from warmctl.launcher.relaunch import LauncherFiles, relaunch
+        from warmctl.observe.textfile import write_metrics
         from warmctl.server.client import Client
         from warmctl.terminal.output import console, error_line
         from warmctl.warmth.warmup import warmup

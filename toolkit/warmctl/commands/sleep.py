@@ -12,7 +12,6 @@ from warmctl.commands.options import (
     drain_timeout_option,
     guard,
     host_options,
-    lock_wait_line,
     one_instance,
     output_check_option,
     per_host,
@@ -21,6 +20,7 @@ from warmctl.commands.options import (
 )
 from warmctl.plan.instance import SLEEP_LEVEL
 from warmctl.server.target import Target
+from warmctl.terminal.output import lock_wait_line
 
 
 @click.command(name="sleep")
@@ -85,8 +85,9 @@ def command(**params: Any) -> None:
 def _sleep(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json: bool,
            gate_path: str | None, check_file: str | None, next_wake: str | None,
            textfile_dir: str | None, instance_name: str | None, **opts: Any) -> int:  # fmt: skip
-    from warmctl.commands.options import check_instance_name, write_metrics
+    from warmctl.commands.options import check_instance_name
     from warmctl.errors import WarmctlError
+    from warmctl.observe.textfile import write_metrics
     from warmctl.sleepwake.actions import SleepOptions, sleep_lines
     from warmctl.sleepwake.gate import WINDOW_NAME
     from warmctl.sleepwake.steps import DEFAULT_OP_TIMEOUT, SleepReport

@@ -11,7 +11,6 @@ from warmctl.commands.options import (
     cause_option,
     guard,
     host_options,
-    lock_wait_line,
     one_instance,
     output_check_option,
     per_host,
@@ -20,6 +19,7 @@ from warmctl.commands.options import (
 )
 from warmctl.commands.warmup_options import warmup_kwargs, warmup_options
 from warmctl.server.target import Target
+from warmctl.terminal.output import lock_wait_line
 
 
 @click.command(name="wake")
@@ -85,8 +85,9 @@ def _wake(hosts: tuple[str, ...], api_key: str | None, timeout: float, as_json: 
           level: str, no_warmup: bool, full_warmup: bool, gate_paths: tuple[str, ...],
           check_file: str | None, output_tolerance: float, cause: str,
           textfile_dir: str | None, instance_name: str | None, **warmup: Any) -> int:  # fmt: skip
-    from warmctl.commands.options import check_instance_name, write_metrics
+    from warmctl.commands.options import check_instance_name
     from warmctl.commands.warmup_options import progress_display
+    from warmctl.observe.textfile import write_metrics
     from warmctl.sleepwake.actions import WakeOptions, wake_lines
     from warmctl.sleepwake.steps import DEFAULT_OP_TIMEOUT, WakeReport
     from warmctl.terminal.output import report_hosts

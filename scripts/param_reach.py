@@ -26,7 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("roles", "templates", "plugins", "playbooks", "toolkit/warmctl")
 SOURCES = (".py", ".yml", ".yaml", ".j2")
 # the parameter -> the names it has on its way: the inventory key, then what the plan derives
-# from it alone (a field that also depends on other parameters is not listed)
+# from it alone (a field that also depends on other parameters is not listed). The sleep
+# triggers' generic names (the plan's `triggers`, which also hold windows' request wake; a
+# trigger's `settings`; the waker's `triggers`; the gate's `asks`) carry every kind of
+# warmctl.sleepwake.triggers.KINDS, not idle_sleep alone: what is idle's alone is its kind's
+# row there (the key), its detector (warmctl/waker/idle.py) and the names below
 PARAMETERS: dict[str, tuple[str, ...]] = {
     "port": ("port", "upstream", "public_port"),
     "idle_sleep": (
@@ -34,8 +38,6 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
         "idle_after",
         "idle_level",
         "sleep_request",
-        "triggers",
-        "trigger",
         "idle_timeout",
     ),
     "launcher": (
@@ -49,6 +51,12 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
         "relaunch_check_argv",
         "launch_env",
     ),
+}
+# the running process the parameter reaches (the unit's main process: the launcher, which mirrors
+# vLLM's own reading of its arguments): where the way ends, not a file on it (for every parameter)
+PROCESS: dict[str, str] = {
+    "toolkit/warmctl/launcher/vllm_launch.py": "the launcher: the unit's running process",
+    "toolkit/warmctl/launcher/vllm_args.py": "vLLM's own argument parser, as the launcher uses it",
 }
 # files where a name means something else, with why (the same before and after)
 ELSEWHERE: dict[str, dict[str, str]] = {
@@ -66,7 +74,6 @@ ELSEWHERE: dict[str, dict[str, str]] = {
         "toolkit/warmctl/observe/status.py": "status's --upstream: an address the operator types",
     },
     "launcher": {
-        "toolkit/warmctl/launcher/": "the launcher itself: the running process",
         "toolkit/warmctl/bench/": "the bench's own launcher runs, not an inventory's",
         "toolkit/warmctl/commands/bench.py": "the bench's own launcher runs",
     },
@@ -125,7 +132,7 @@ def crossed(parameter: str, rev: str = "", repo: Path = ROOT) -> list[str]:
     names = PARAMETERS[parameter]
     pattern = re.compile("|".join(READ.format(n=re.escape(n)) for n in names), re.M)
     jinja = re.compile("|".join(JINJA.format(n=re.escape(n)) for n in names), re.M)
-    elsewhere = ELSEWHERE.get(parameter, {})
+    elsewhere = {**PROCESS, **ELSEWHERE.get(parameter, {})}
     listing = _git(repo, "ls-tree", "-r", "--name-only", rev or "HEAD", "--", *PRODUCT)
     hits = []
     for path in listing.splitlines():

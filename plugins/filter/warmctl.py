@@ -58,10 +58,12 @@ if _PATH and _PATH.endswith(".whl"):
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
+from warmctl.errors import WarmctlError  # noqa: E402
 from warmctl.observe.fleet import host_results, role_options, verify_argv  # noqa: E402
 from warmctl.observe.verify_table import fleet_lines  # noqa: E402
 from warmctl.plan.calendar import CalendarError, calendar_error, to_oncalendar  # noqa: E402
 from warmctl.plan.instance import instance_facts  # noqa: E402
+from warmctl.plan.inventory import instance_door  # noqa: E402
 from warmctl.plan.roles import role_defaults  # noqa: E402
 from warmctl.plan.unitfile import env_quote, systemd_quote  # noqa: E402
 from warmctl.plan.validate import validate  # noqa: E402
@@ -103,12 +105,22 @@ def vllm_support(variables: Any, host: str, device: str, installed: Any = None) 
 
 
 def vllm_verify_argv(
-    urls: Any, warmctl: str, settings: Any, wait_ready: bool = False, as_json: bool = False
+    instances: Any,
+    address: str,
+    warmctl: str,
+    settings: Any,
+    wait_ready: bool = False,
+    as_json: bool = False,
 ) -> list[str]:
-    """The argv of `warmctl verify` for the role: `settings` its vllm_verify_* (see
-    warmctl.observe.fleet.role_options), built as `warmctl verify --inventory` builds a host's."""
+    """The argv of `warmctl verify` for the role: each instance of `instances` (their plans) at
+    its door on `address`; `settings` its vllm_verify_* (see warmctl.observe.fleet.role_options),
+    built as `warmctl verify --inventory` builds a host's."""
+    try:
+        urls = [instance_door(str(address), dict(i)).base_url for i in instances]
+    except WarmctlError as exc:
+        raise AnsibleFilterError(f"vllm_verify_argv: {exc}") from None
     options = role_options(dict(settings))
-    return verify_argv(warmctl, list(urls), options, wait_ready=wait_ready, as_json=as_json)
+    return verify_argv(warmctl, urls, options, wait_ready=wait_ready, as_json=as_json)
 
 
 def vllm_verify_results(results: Any, host: str, vllm: Any = None) -> list[dict[str, Any]]:

@@ -190,6 +190,20 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
         {"vllm_service_instances": [OK_INSTANCE, {**OK_INSTANCE, "name": "other"}]},
         "[1].port: 8000 is used twice",
     ),
+    "port_zero": (
+        {"vllm_service_instances": [{**OK_INSTANCE, "port": 0}]},
+        "vllm_service_instances[0].port: is 0 (a TCP port, 1-65535)",
+    ),
+    "port_is_another_instances_door": (
+        {
+            "vllm_service_instances": [
+                {**OK_INSTANCE, "idle_sleep": {"after": "5m"}, "awake_port": 8001},
+                {**OK_INSTANCE, "name": "other", "port": 8001},
+            ]
+        },
+        "vllm_service_instances[1].port: 8001 is used twice (each port is one process's; "
+        "the awake-only door of vllm_service_instances[0] listens on it)",
+    ),
     "duplicate_names": (
         {"vllm_service_instances": [OK_INSTANCE, {**OK_INSTANCE, "port": 8001}]},
         '[1].name: "ok" is used twice',
@@ -220,7 +234,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "port_out_of_range": (
         {"vllm_service_instances": [{**OK_INSTANCE, "port": 70000}]},
-        "port: is 70000 (1-65535)",
+        "port: is 70000 (a TCP port, 1-65535)",
     ),
     "tp_vs_gpus": (
         {"vllm_service_instances": [{**OK_INSTANCE, "gpus": [0, 1], "tensor_parallel_size": 4}]},
@@ -245,7 +259,7 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
                 {**OK_INSTANCE, "name": "other", "port": 18000},
             ],
         },
-        "vLLM listens on 127.0.0.1:18000",
+        "vLLM behind the proxy of vllm_service_instances[0] listens on it",
     ),
     "duplicate_windows": (
         {"vllm_service_instances": [{**OK_INSTANCE, "windows": [NIGHTS, NIGHTS]}]},

@@ -173,7 +173,7 @@ def test_verify_playbook_measures_only(tmp_path):
         cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "ARGS verify --wait-ready 10.0.0.9:8000 10.0.0.9:8001" in proc.stdout
+    assert "ARGS verify --wait-ready http://10.0.0.9:8000 http://10.0.0.9:8001" in proc.stdout
     assert (gate / "a.draining").exists()
 
 

@@ -28,7 +28,10 @@ from tests.lib.server import free_port
 
 from warmctl.launcher import SCRIPT
 
-RUNTIME = Path("/run/vllm-a")  # instance a's RuntimeDirectory (warmctl.plan.instance)
+# instance a, under the launcher: its RuntimeDirectory is /run/vllm-NAME (warmctl.plan.instance),
+# so its name is this process's own (two runs at once on one machine do not share it)
+A = f"a{os.getpid()}"
+RUNTIME = Path(f"/run/vllm-{A}")
 VENV = Path(sys.executable).parent.parent  # holds bin/python and bin/warmctl
 
 
@@ -62,7 +65,7 @@ class Host:
             "vllm_service_config_dir": str(self.etc),
             "vllm_service_warmup_args": ["--max-batch", "2"],
             "vllm_service_instances": [
-                {"name": "a", "model": "/m", "port": self.port, **a},
+                {"name": A, "model": "/m", "port": self.port, **a},
                 {"name": "b", "model": "/m", "port": self.port_b, "launcher": False, **b},
             ],
         }
@@ -73,7 +76,7 @@ class Host:
         inventory = write_inventory(self.tmp / "inv.json", {"h": self.variables(a, b)})
         pid = self.launcher.pid if self.launcher else 0
         self.systemd.write_text(json.dumps({
-            "vllm-a.service": {"MainPID": pid, "path": str(self.units / "vllm-a.service")},
+            f"vllm-{A}.service": {"MainPID": pid, "path": str(self.units / f"vllm-{A}.service")},
             "vllm-b.service": {"MainPID": 0, "path": str(self.units / "vllm-b.service")},
         }))  # fmt: skip
         proc = subprocess.run(
@@ -97,7 +100,7 @@ class Host:
         shutil.rmtree(RUNTIME, ignore_errors=True)
         RUNTIME.mkdir(mode=0o750)
         self.launcher = subprocess.Popen(
-            [sys.executable, str(SCRIPT), "--launch-file", str(self.etc / "a.launch"),
+            [sys.executable, str(SCRIPT), "--launch-file", str(self.etc / f"{A}.launch"),
              "--state-file", str(self.state), "--", "-m", "tests.launcher.double_main"],
             env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'toolkit'}"},
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
@@ -144,12 +147,12 @@ def host(tmp_path: Path) -> Iterator[Host]:
 
 
 def _said(out: str) -> list[str]:
-    return re.findall(r'"msg": "([ab]: (?:reloaded|restarted)[^"]*)"', out)
+    return re.findall(rf'"msg": "((?:{A}|b): (?:reloaded|restarted)[^"]*)"', out)
 
 
 def test_only_the_launch_file_changed_reloads_anything_else_restarts(host: Host) -> None:
     out, decision = host.deploy({"max_num_seqs": 4}, {"max_num_seqs": 4})
-    assert decision == {"restart": ["a", "b"], "reload": []}  # new units: started as units
+    assert decision == {"restart": [A, "b"], "reload": []}  # new units: started as units
     host.start()
     assert host.max_num_seqs() == 4
     before = json.loads(host.state.read_text())
@@ -161,24 +164,22 @@ def test_only_the_launch_file_changed_reloads_anything_else_restarts(host: Host)
     assert "changed=0" in out
 
     # --check of a change: the decision is said, nothing is written or done
-    launch = (host.etc / "a.launch").read_text()
+    launch = (host.etc / f"{A}.launch").read_text()
     out, decision = host.deploy({"max_num_seqs": 8}, {"max_num_seqs": 8}, "--check")
-    assert decision == {"restart": ["a", "b"], "reload": ["a"]}
-    assert (host.etc / "a.launch").read_text() == launch and host.calls() == []
+    assert decision == {"restart": [A, "b"], "reload": [A]}
+    assert (host.etc / f"{A}.launch").read_text() == launch and host.calls() == []
 
     # one vLLM argument of both: a (launcher) reloads, b (plain unit: its ExecStart) restarts
-    unit_a = (host.units / "vllm-a.service").read_text()
+    unit_a = (host.units / f"vllm-{A}.service").read_text()
     out, decision = host.deploy({"max_num_seqs": 8}, {"max_num_seqs": 8})
-    assert decision == {"restart": ["a", "b"], "reload": ["a"]}
-    assert (host.units / "vllm-a.service").read_text() == unit_a  # a's unit untouched
+    assert decision == {"restart": [A, "b"], "reload": [A]}
+    assert (host.units / f"vllm-{A}.service").read_text() == unit_a  # a's unit untouched
     # (b runs nowhere here: systemd's restart of an inactive unit is a start)
-    assert host.calls() == ["reload vllm-a.service", "start vllm-b.service"]
+    assert host.calls() == [f"reload vllm-{A}.service", "start vllm-b.service"]
     said = dict(line.split(": ", 1) for line in _said(out))
     assert said["b"] == "restarted"
-    assert said["a"].startswith(
-        "reloaded (launcher generation 2 runs: -m tests.launcher.double_main"
-    )
-    assert "--max-num-seqs 8" in said["a"]
+    assert said[A].startswith("reloaded (launcher generation 2 runs: -m tests.launcher.double_main")
+    assert "--max-num-seqs 8" in said[A]
     assert host.max_num_seqs() == 8  # the new server has it (its /server_info)
     after = json.loads(host.state.read_text())
     assert after["launcher_pid"] == before["launcher_pid"] == host.launcher.pid
@@ -194,18 +195,18 @@ def test_a_change_the_launcher_cannot_apply_restarts(host: Host) -> None:
     # a VLLM_* variable the server module read at import: the launch file alone changed, but
     # the launcher says only a restart applies it
     out, decision = host.deploy({"env": {"VLLM_DOUBLE_AT_IMPORT": "1"}}, {})
-    assert decision == {"restart": ["a"], "reload": ["a"]}
-    assert host.calls() == ["restart vllm-a.service"]
+    assert decision == {"restart": [A], "reload": [A]}
+    assert host.calls() == [f"restart vllm-{A}.service"]
     (said,) = _said(out)
-    assert said.startswith("a: restarted (a reload cannot apply the change: ")
+    assert said.startswith(f"{A}: restarted (a reload cannot apply the change: ")
     assert "VLLM_DOUBLE_AT_IMPORT changed" in said
     assert json.loads(host.state.read_text())["signals"] == signals  # never signalled
 
     # a variable of the env file: a restart, decided by the render
     Path(f"{host.systemd}.log").unlink(missing_ok=True)
     out, decision = host.deploy({"env": {"VLLM_DOUBLE_AT_IMPORT": "1", "HF_TOKEN": "t"}}, {})
-    assert decision == {"restart": ["a"], "reload": []}
-    assert host.calls() == ["restart vllm-a.service"] and _said(out) == ["a: restarted"]
+    assert decision == {"restart": [A], "reload": []}
+    assert host.calls() == [f"restart vllm-{A}.service"] and _said(out) == [f"{A}: restarted"]
 
 
 def test_a_launch_file_vllm_rejects_fails_the_deploy_and_the_server_serves_on(host: Host) -> None:
@@ -220,7 +221,7 @@ def test_a_launch_file_vllm_rejects_fails_the_deploy_and_the_server_serves_on(ho
     out, decision = host.deploy(
         {"max_num_seqs": 4, "extra_args": ["--max-model-len", "abc"]}, {}, ok=False
     )
-    assert decision == {"restart": ["a"], "reload": ["a"]}
+    assert decision == {"restart": [A], "reload": [A]}
     assert "vLLM rejects it: argument --max-model-len: invalid int value" in out, out[-3000:]
     assert host.calls() == []  # neither reloaded nor restarted
     after = json.loads(host.state.read_text())

@@ -30,7 +30,7 @@ def host_vars(hosts: dict[str, Any], name: str) -> dict[str, Any]:
 def server_env(r: Any) -> dict[str, str]:
     """What the server's environment gets from the deploy: the env file, then (under the
     launcher) the launch file's variables."""
-    return {**r.env, **r.launch_env}
+    return {**r.env, **r.plan.launch_env}
 
 
 def all_rendered(rendered_by_ansible: dict[str, Any]) -> list[tuple[str, dict, Any]]:
@@ -61,7 +61,7 @@ def test_gpu_sleep_exact_unit_env_and_timers():
     r = render_instance(instance, host_vars(GOOD, "gpu_sleep"))
     # a GPU host: under the pre-imported launcher (auto); the unit names what it imports, the
     # launch file what the server runs
-    assert r.server_argv == [
+    assert list(r.plan.server_argv) == [
         "/opt/vllm/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve",
         "/srv/models/qwen3-0.6b", "--host", "127.0.0.1", "--port", "18000",
         "--enable-server-load-tracking", "--shutdown-timeout", "10", "--served-model-name", "qwen",
@@ -76,9 +76,9 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         "--launch-file /etc/vllm/qwen.launch --state-file /run/vllm-qwen/launcher.json "
         "--standby-delay ready -- -m vllm.entrypoints.cli.main"
     ]
-    assert r.launch_path == "/etc/vllm/qwen.launch"
+    assert r.plan.launch_file == "/etc/vllm/qwen.launch"
     assert unit_values(r.unit_text, "Service", "RuntimeDirectory") == ["vllm-qwen"]
-    assert r.warmup_argv == [
+    assert list(r.plan.warmup_argv) == [
         "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready",
         "--ready-timeout", "1800",
         "--max-batch", "16", "--max-tokens", "2",  # vllm_service_gpu_warmup_args
@@ -96,14 +96,14 @@ def test_gpu_sleep_exact_unit_env_and_timers():
         "CUDA_VISIBLE_DEVICES": "0,1",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
-    assert r.launch_env == {  # the launch file: vLLM's own variables, in the env file's order
+    assert r.plan.launch_env == {  # the launch file: vLLM's own variables, in the env file's order
         "VLLM_CACHE_ROOT": "/var/cache/vllm/vllm",
         "VLLM_SERVER_DEV_MODE": "1",
         "VLLM_WORKER_MULTIPROC_METHOD": "fork",
         "VLLM_NO_USAGE_STATS": "1",
         "VLLM_DO_NOT_TRACK": "1",
     }
-    assert r.sleep and r.device == "gpu"
+    assert r.plan.sleep and r.device == "gpu"
     for key, value in {
         "Type": "exec",
         "User": "vllm",
@@ -148,11 +148,13 @@ def test_gpu_sleep_exact_unit_env_and_timers():
 def test_gpu_without_sleep_has_no_dev_mode_and_no_compilation_config():
     instance = GOOD["gpu_nosleep"]["vllm_service_instances"][0]
     r = render_instance(instance, host_vars(GOOD, "gpu_nosleep"))
-    assert "--enable-sleep-mode" not in r.server_argv and "VLLM_SERVER_DEV_MODE" not in server_env(
-        r
-    )
-    assert "--compilation-config" not in r.server_argv  # capture sizes unset: vLLM's own default
-    assert r.server_argv[-7:] == [
+    assert "--enable-sleep-mode" not in list(
+        r.plan.server_argv
+    ) and "VLLM_SERVER_DEV_MODE" not in server_env(r)
+    assert "--compilation-config" not in list(
+        r.plan.server_argv
+    )  # capture sizes unset: vLLM's own default
+    assert list(r.plan.server_argv)[-7:] == [
         "--host",
         "0.0.0.0",
         "--port",
@@ -172,8 +174,8 @@ def test_gpu_without_sleep_has_no_dev_mode_and_no_compilation_config():
 def test_gpu_with_sleep_off_stops_and_starts_in_windows():
     instance = GOOD["gpu_sleep_off"]["vllm_service_instances"][0]
     r = render_instance(instance, host_vars(GOOD, "gpu_sleep_off"))
-    assert not r.sleep and "VLLM_SERVER_DEV_MODE" not in server_env(r)
-    assert r.server_argv[-2:] == ["--max-model-len", "4096"]
+    assert not r.plan.sleep and "VLLM_SERVER_DEV_MODE" not in server_env(r)
+    assert list(r.plan.server_argv)[-2:] == ["--max-model-len", "4096"]
     svc = r.files["/etc/systemd/system/vllm-nosleep-sleep-nights.service"]
     assert unit_values(svc, "Service", "ExecStart") == [
         "/usr/bin/systemctl stop vllm-nosleep.service"
@@ -184,13 +186,13 @@ def test_gpu_with_sleep_off_stops_and_starts_in_windows():
 def test_cpu_host_uses_api_server_and_stop_start_windows():
     instance = GOOD["cpu"]["vllm_service_instances"][0]
     r = render_instance(instance, host_vars(GOOD, "cpu"))
-    assert r.argv == [
+    assert list(r.plan.exec_argv) == [
         "/opt/vllm/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
         "--model", "Qwen/Qwen3-0.6B", "--host", "0.0.0.0", "--port", "8000",
         "--enable-server-load-tracking", "--shutdown-timeout", "10", "--max-num-seqs", "4",
         "--enforce-eager",
     ]  # fmt: skip
-    assert not r.sleep and r.device == "cpu"
+    assert not r.plan.sleep and r.device == "cpu"
     assert r.env["HF_HUB_OFFLINE"] == "0" and "TRANSFORMERS_OFFLINE" not in r.env
     assert r.env["NOTE"] == "a b$c" and 'NOTE="a b\\$c"' in r.env_text
     assert r.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
@@ -211,15 +213,17 @@ def test_cpu_host_uses_api_server_and_stop_start_windows():
 def test_two_instances_on_one_host():
     hosts = host_vars(GOOD, "gpu_two")
     chat, coder = (render_instance(i, hosts) for i in GOOD["gpu_two"]["vllm_service_instances"])
-    assert chat.unit_name == "vllm-chat.service" and coder.unit_name == "vllm-coder.service"
-    assert chat.server_argv[chat.server_argv.index("--host") + 1] == "127.0.0.1"
+    assert chat.plan.unit == "vllm-chat.service" and coder.plan.unit == "vllm-coder.service"
+    assert (
+        list(chat.plan.server_argv)[list(chat.plan.server_argv).index("--host") + 1] == "127.0.0.1"
+    )
     gpu_warmup = ["--max-batch", "16", "--max-tokens", "2"]  # vllm_service_gpu_warmup_args
-    assert chat.warmup_argv == [
+    assert list(chat.plan.warmup_argv) == [
         "/opt/warmctl/bin/warmctl", "warmup", "127.0.0.1:18000", "--wait-ready",
         "--ready-timeout", "1800",
         *gpu_warmup, "--prompt", "hello world",
     ]  # fmt: skip
-    assert coder.warmup_argv == [
+    assert list(coder.plan.warmup_argv) == [
         "/opt/warmctl/bin/warmctl", "warmup", "10.0.0.5:8001", "--wait-ready",
         "--ready-timeout", "1800",
         *gpu_warmup, "--prompt", "hello world",
@@ -227,14 +231,16 @@ def test_two_instances_on_one_host():
     ]  # fmt: skip
     assert "'hello world'" in unit_values(chat.unit_text, "Service", "ExecStartPost")[0]
     sizes = "[1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]"
-    assert chat.server_argv[chat.server_argv.index("--compilation-config") + 1] == (
+    assert list(chat.plan.server_argv)[
+        list(chat.plan.server_argv).index("--compilation-config") + 1
+    ] == (
         f'{{"cudagraph_capture_sizes": {sizes}}}'  # the GPU default
     )
-    assert coder.server_argv[coder.server_argv.index("--compilation-config") + 1] == (
-        f'{{"cudagraph_capture_sizes": {sizes}, "cudagraph_mode": "PIECEWISE"}}'
-    )
+    assert list(coder.plan.server_argv)[
+        list(coder.plan.server_argv).index("--compilation-config") + 1
+    ] == (f'{{"cudagraph_capture_sizes": {sizes}, "cudagraph_mode": "PIECEWISE"}}')
     assert chat.env["CUDA_VISIBLE_DEVICES"] == "0" and coder.env["CUDA_VISIBLE_DEVICES"] == "1"
-    assert chat.sleep and not coder.sleep
+    assert chat.plan.sleep and not coder.plan.sleep
 
 
 def test_render_rejects_bad_input():
@@ -395,10 +401,10 @@ def test_gpu_units_fork_the_engine_core_cpu_units_leave_it_to_vllm():
     for case in ("gpu_sleep", "gpu_nosleep", "gpu_sleep_off"):
         instance = GOOD[case]["vllm_service_instances"][0]
         r = render_instance(instance, host_vars(GOOD, case))
-        assert r.launch_env["VLLM_WORKER_MULTIPROC_METHOD"] == "fork", case  # the launcher's
+        assert r.plan.launch_env["VLLM_WORKER_MULTIPROC_METHOD"] == "fork", case  # the launcher's
         plain = render_instance({**instance, "launcher": False}, host_vars(GOOD, case))
         assert "VLLM_WORKER_MULTIPROC_METHOD=fork" in plain.env_text
-        assert r.warmup_argv[6:10] == ["--max-batch", "16", "--max-tokens", "2"], case
+        assert list(r.plan.warmup_argv)[6:10] == ["--max-batch", "16", "--max-tokens", "2"], case
     spawn = {**GOOD["gpu_nosleep"]["vllm_service_instances"][0]}
     spawn["env"] = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
     r = render_instance(spawn, host_vars(GOOD, "gpu_nosleep"))
@@ -408,7 +414,7 @@ def test_gpu_units_fork_the_engine_core_cpu_units_leave_it_to_vllm():
     assert lines[-1].endswith("spawn")  # systemd: the last assignment of a variable counts
     cpu = render_instance(GOOD["cpu"]["vllm_service_instances"][0], host_vars(GOOD, "cpu"))
     assert "VLLM_WORKER_MULTIPROC_METHOD" not in cpu.env
-    assert "--max-batch" not in cpu.warmup_argv
+    assert "--max-batch" not in list(cpu.plan.warmup_argv)
 
 
 def test_output_check_can_be_turned_off_and_cpu_windows_have_none():
@@ -430,7 +436,9 @@ def test_textfile_dir_reaches_the_warmup_and_the_window_services():
     variables = {**host_vars(GOOD, "gpu_sleep"), "vllm_service_textfile_dir": "/var/lib/tf"}
     r = render_instance(instance, variables)
     metrics = ["--textfile-dir", "/var/lib/tf", "--instance", "qwen"]
-    assert r.warmup_argv[r.warmup_argv.index("--textfile-dir") :][:4] == metrics
+    assert (
+        list(r.plan.warmup_argv)[list(r.plan.warmup_argv).index("--textfile-dir") :][:4] == metrics
+    )
     assert "-/var/lib/tf" in unit_values(r.unit_text, "Service", "ReadWritePaths")
     sleep = r.files["/etc/systemd/system/vllm-qwen-sleep-nights.service"]
     wake = r.files["/etc/systemd/system/vllm-qwen-wake-nights.service"]
@@ -495,12 +503,14 @@ def test_kv_cache_of_sleeping_instances(extra, host, blocks):
     0.08 s at 0.2): instances that sleep get a KV cache sized in tokens by default."""
     instance = {"name": "kv", "model": "/srv/models/m", "port": 18000, "sleep": True, **extra}
     r = render_instance(instance, {"vllm_preflight_device_kind": "gpu", **host})
-    assert _kv_flag(r.server_argv) == blocks
+    assert _kv_flag(list(r.plan.server_argv)) == blocks
     cpu = render_instance(
         {"name": "kv", "model": "/srv/models/m", "port": 18000, "kv_cache_tokens": 160},
         {"vllm_preflight_device_kind": "cpu"},
     )
-    assert _kv_flag(cpu.argv) is None  # CPU hosts size theirs with VLLM_CPU_KVCACHE_SPACE
+    assert (
+        _kv_flag(list(cpu.plan.exec_argv)) is None
+    )  # CPU hosts size theirs with VLLM_CPU_KVCACHE_SPACE
 
 
 @pytest.mark.parametrize("bad", [-1, 5, 2**40])
@@ -520,7 +530,7 @@ def test_launcher_wraps_the_server_and_reload_relaunches():
     coder = GOOD["gpu_two"]["vllm_service_instances"][1]
     r = render_instance(coder, host)
     plain = render_instance({**coder, "launcher": False}, host)
-    assert r.argv == [
+    assert list(r.plan.exec_argv) == [
         "/opt/vllm/venv/bin/python",
         "/opt/warmctl/share/warmctl/vllm_launch.py",
         "--stop-timeout",
@@ -535,23 +545,34 @@ def test_launcher_wraps_the_server_and_reload_relaunches():
         "-m",
         "vllm.entrypoints.cli.main",
     ]
-    assert r.server_argv == plain.argv  # `python -m vllm.entrypoints.cli.main serve ...`
-    launch = parse_launch(r.files[r.launch_path].encode())
-    assert launch.args == plain.argv[3:]
+    assert list(r.plan.server_argv) == list(
+        plain.plan.exec_argv
+    )  # `python -m vllm.entrypoints.cli.main serve ...`
+    launch = parse_launch(r.files[r.plan.launch_file].encode())
+    assert launch.args == list(plain.plan.exec_argv)[3:]
     assert server_env(r) == plain.env  # the same environment, split in two files
-    assert all(n.startswith("VLLM_") for n in r.launch_env) and r.launch_env
+    assert all(n.startswith("VLLM_") for n in r.plan.launch_env) and r.plan.launch_env
     assert not [n for n in r.env if n.startswith("VLLM_")]
     reloads = unit_values(r.unit_text, "Service", "ExecReload")
     assert [systemd_split(c.removesuffix(" --main-pid $MAINPID")) for c in reloads] == [
-        ["/opt/warmctl/bin/warmctl", "relaunch", "10.0.0.5:8001", "--check"],
-        ["/opt/warmctl/bin/warmctl", "relaunch", *r.warmup_argv[2:]],
+        [
+            "/opt/warmctl/bin/warmctl",
+            "relaunch",
+            "10.0.0.5:8001",
+            "--check",
+            "--launch-file",
+            "/etc/vllm/coder.launch",
+            "--state-file",
+            "/run/vllm-coder/launcher.json",
+        ],
+        ["/opt/warmctl/bin/warmctl", "relaunch", *list(r.plan.warmup_argv)[2:]],
     ]
     assert all(c.endswith(" --main-pid $MAINPID") for c in reloads)
     assert "--max-batch 4" in reloads[1]  # the instance's warmup_args, as ExecStartPost's
     assert unit_values(r.unit_text, "Service", "RuntimeDirectory") == ["vllm-coder"]
     assert not unit_values(plain.unit_text, "Service", "ExecReload")
     assert not unit_values(plain.unit_text, "Service", "RuntimeDirectory")
-    assert not plain.launch_path and "/etc/vllm/coder.launch" not in plain.files
+    assert not plain.plan.launch_file and "/etc/vllm/coder.launch" not in plain.files
     # proxied (chat sleeps behind the proxy): the check comes before the warming flag is set;
     # a single host (no load balancer): the holding flag too, removed after the relaunch
     chat = render_instance(GOOD["gpu_two"]["vllm_service_instances"][0], host)
@@ -570,9 +591,9 @@ def test_launcher_wraps_the_server_and_reload_relaunches():
     assert "holding" not in balanced.unit_text  # behind a load balancer: the drain as before
     # a role-level switch, a CPU host
     left = render_instance(GOOD["cpu_two"]["vllm_service_instances"][0], host_vars(GOOD, "cpu_two"))
-    assert left.argv[1].endswith("/share/warmctl/vllm_launch.py")
-    assert left.argv[-3:] == ["--", "-m", "vllm.entrypoints.openai.api_server"]
-    assert left.launch_env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert list(left.plan.exec_argv)[1].endswith("/share/warmctl/vllm_launch.py")
+    assert list(left.plan.exec_argv)[-3:] == ["--", "-m", "vllm.entrypoints.openai.api_server"]
+    assert left.plan.launch_env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
 
 
 @pytest.mark.parametrize(
@@ -596,7 +617,7 @@ def test_a_change_the_launcher_applies_keeps_the_unit_and_env_file(change):
     before, after = render_instance(coder, host), render_instance({**coder, **change}, host)
     assert after.unit_text == before.unit_text
     assert after.env_text == before.env_text
-    assert after.files[after.launch_path] != before.files[before.launch_path]
+    assert after.files[after.plan.launch_file] != before.files[before.plan.launch_file]
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,8 @@ def test_json_matches_library(tmp_path):
     host = {k: v for k, v in GOOD["gpu_two"].items() if k != "vllm_service_instances"}
     for item, instance in zip(data, GOOD["gpu_two"]["vllm_service_instances"], strict=True):
         expected = render_instance(instance, host)
-        assert item["argv"] == expected.argv and item["env"] == expected.env
+        plan = json.loads(json.dumps(expected.plan.as_dict()))
+        assert item["plan"] == plan and item["plan"]["exec_argv"] == list(expected.plan.exec_argv)
         assert item["files"] == expected.files
 
 
@@ -33,8 +34,9 @@ def test_device_override_and_instance_filter(tmp_path):
     args = [str(write_vars(tmp_path, "gpu_sleep")), "--device", "cpu", "--instance", "qwen"]
     result = CliRunner().invoke(command, [*args, "--json"])
     (item,) = json.loads(result.output)
-    assert item["device"] == "cpu" and "vllm.entrypoints.openai.api_server" in item["argv"]
-    assert "--enable-sleep-mode" not in item["argv"]
+    argv = item["plan"]["exec_argv"]
+    assert item["device"] == "cpu" and "vllm.entrypoints.openai.api_server" in argv
+    assert "--enable-sleep-mode" not in argv
 
 
 def test_out_writes_files_at_host_paths(tmp_path):

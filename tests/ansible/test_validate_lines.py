@@ -36,7 +36,7 @@ EXPECTED = {
         'clash: vllm_service_instances[1].name: "a" is used twice '
         "(names are unique on a host; vllm_service_instances[0] has it too)",
         "clash: vllm_service_instances[1].port: 8000 is used twice "
-        "(each instance needs its own port; vllm_service_instances[0] uses it)",
+        "(each port is one process's; vllm_service_instances[0].port listens on it)",
     ],
 }
 

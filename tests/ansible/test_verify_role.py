@@ -56,7 +56,10 @@ def test_verify_arguments_and_token(tmp_path):
     proc = run_playbook("tests/ansible/verify.yml", inventory)
     assert proc.returncode == 0, proc.stdout[-3000:]
     flat = " ".join(proc.stdout.split())  # the callback wraps long lines
-    want = "verify --wait-ready 10.0.0.9:8000 10.0.0.9:8001 --max-ratio 3 --attempts 2 --asleep-ok"
+    want = (
+        "verify --wait-ready http://10.0.0.9:8000 http://10.0.0.9:8001 "
+        "--max-ratio 3 --attempts 2 --asleep-ok"
+    )
     assert f"ARGS {want} " in flat
     assert "KEY s3cret" in proc.stdout  # the token: environment only, never argv
 
@@ -86,7 +89,9 @@ def test_instances_stopped_in_their_window_are_left_out_and_asleep_passes(tmp_pa
     )
     proc = run_playbook("tests/ansible/verify.yml", inventory)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "ARGS verify --wait-ready 10.0.0.9:8001 --asleep-ok -" in " ".join(proc.stdout.split())
+    assert "ARGS verify --wait-ready http://10.0.0.9:8001 --asleep-ok -" in " ".join(
+        proc.stdout.split()
+    )
     assert "asleep in a sleep window, not verified (its wake warms and checks it): a" in proc.stdout
 
 

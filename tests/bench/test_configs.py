@@ -35,8 +35,8 @@ def test_b_is_the_rendered_unit(site, monkeypatch):
     b = configs.standard()["B"]
     launch = b.launch(site, site.workdir / "t0")
     rendered = render_instance(b.instance(site), host=b.hostvars(site))
-    assert launch.spec.argv == rendered.argv
-    assert launch.warmup_argv == rendered.warmup_argv
+    assert launch.spec.argv == list(rendered.plan.exec_argv)
+    assert launch.warmup_argv == list(rendered.plan.warmup_argv)
     for key, value in rendered.env.items():
         assert launch.spec.env[key] == value
     cache = str(b.cache_dir(site))
@@ -139,7 +139,7 @@ def test_tensor_parallel_spreads_every_config_over_the_gpus(site):
         assert inst["tensor_parallel_size"] == 2 and inst["gpus"] == [0, 1]
         rendered = render_instance(inst, host=cfg.hostvars(tp))
         launch = cfg.launch(tp, tp.workdir / f"t-{key}")
-        assert launch.spec.argv == rendered.argv
+        assert launch.spec.argv == list(rendered.plan.exec_argv)
         assert launch.spec.argv[launch.spec.argv.index("--tensor-parallel-size") + 1] == "2"
         assert launch.spec.env["CUDA_VISIBLE_DEVICES"] == "0,1"
         assert launch.spec.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
@@ -194,8 +194,8 @@ def test_l_runs_the_launcher_on_the_units_launch_file(site):
     rendered = render_instance(l_config.instance(site), host=l_config.hostvars(site))
     argv = launch.spec.argv
     assert argv[1].endswith("/share/warmctl/vllm_launch.py")
-    assert argv[argv.index("--launch-file") + 1] == rendered.launch_path
-    assert Path(rendered.launch_path).read_text() == rendered.files[rendered.launch_path]
+    assert argv[argv.index("--launch-file") + 1] == rendered.plan.launch_file
+    assert Path(rendered.plan.launch_file).read_text() == rendered.files[rendered.plan.launch_file]
     assert argv[argv.index("--state-file") + 1] == str(site.workdir / "t0" / "launcher.json")
     assert (
         launch.sleep and launch.spec.base_url == b.launch(site, site.workdir / "t1").spec.base_url

@@ -40,8 +40,10 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
     "upstream_clash": (
         host([GPU_SLEEP, {"name": "b", "model": "/srv/b", "port": 18000}],
              vllm_proxy_enabled="true"),
-        "127.0.0.1:18000, another instance's port"),
-    "upstream_over_65535": (host([{**GPU_SLEEP, "port": 60000}]), "vLLM would listen on 70000"),
+        "[1].port: 18000 is used twice (each port is one process's; vLLM behind the proxy of "
+        "vllm_service_instances[0] listens on it)"),
+    "upstream_over_65535": (host([{**GPU_SLEEP, "port": 60000}]),
+                            "vLLM behind the proxy would listen on 70000"),
     "enabled_maybe": (host(vllm_proxy_enabled="maybe"), "vllm_proxy_enabled"),
     "retry_after_text": (host(vllm_proxy_retry_after="soon"), "vllm_proxy_retry_after"),
     "offset_text": (host(vllm_proxy_upstream_port_offset="ten"),

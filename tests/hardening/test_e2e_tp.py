@@ -9,9 +9,9 @@
   (and verified by the deploy) on the second host. Everything of TP but CUDA and NCCL runs
   inside the unit: the EngineCore forking two workers, their shared-memory ring buffers in
   /dev/shm, ZMQ sockets and torch.distributed's rendezvous file in the private /tmp. Printed:
-  the processes, the segments, the exposure. Then every process of the unit is killed
-  (SIGKILL leaves the segments behind) and the unit stopped: RemoveIPC must leave no segment
-  of the `vllm` user.
+  the processes, the segments (in the unit's own /dev/shm: none in the host's), the exposure.
+  Then every process of the unit is killed (SIGKILL leaves the segments behind, in the unit's
+  tmpfs) and the unit stopped: the host's /dev/shm never holds a segment of the `vllm` user.
 
 Uses the hosts and the deploy of test_e2e_proxy.py (its `lab` and `deployed` fixtures)."""
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import time
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +75,7 @@ def test_tensor_parallel_unit_on_a_live_host(lab: Any, deployed: Path, name: str
         paths = " ".join(shlex.quote(p) for p in r.files)
         lab.fleet.ssh(host, f"rm -f {paths}; systemctl daemon-reload", check=False)
     assert verify.returncode == 0 and not verify.stderr.strip(), verify.stderr
-    assert figures[r.unit_name] <= MAX_EXPOSURE
+    assert figures[r.plan.unit] <= MAX_EXPOSURE
     assert all(v <= MAX_EXPOSURE for v in figures.values()), figures
 
 
@@ -94,8 +93,7 @@ def test_cpu_tensor_parallel_workers_inside_the_sandbox(lab: Any, deployed: Path
     )
     inventory = lab.inventory(
         "tp2-cpu",
-        # behind a load balancer: no waker of its own (a single host's holds one; it runs as the
-        # same user, and systemd's RemoveIPC cleans the user's IPC only when its last unit stops)
+        # behind a load balancer: no waker of its own (a single host's holds one)
         group_vars={**PROXY_VARS, "vllm_proxy_load_balanced": "true"},
         host_vars={host.name: {"vllm_service_instances": [instance]}},
     )
@@ -118,8 +116,11 @@ def test_cpu_tensor_parallel_workers_inside_the_sandbox(lab: Any, deployed: Path
     rows = [line.split(None, 2) for line in procs if line.strip()]
     by_pid = {pid: (ppid, comm) for pid, ppid, comm in rows}
     workers = [pid for pid, (_, comm) in by_pid.items() if "Worker" in comm]
-    shm = fleet.ssh(host, "find /dev/shm -user vllm -printf '%f %s\\n'").stdout.split("\n")
-    segments = {n: int(size) for n, size in (x.split() for x in shm if x.strip())}
+    # the unit's own /dev/shm (TemporaryFileSystem=): seen from inside its mount namespace
+    inside = f"nsenter -t $(systemctl show -p MainPID --value {unit}) -m"
+    shm = fleet.ssh(host, f"{inside} find /dev/shm -user vllm -printf '%f %s\\n'").stdout
+    segments = {n: int(size) for n, size in (x.split() for x in shm.split("\n") if x.strip())}
+    on_host = fleet.ssh(host, "find /dev/shm -user vllm -printf '%f\\n'").stdout.split()
     journal = fleet.ssh(host, f"journalctl -u {unit} -o cat --no-pager", check=False).stdout
     exposure = fleet.ssh(host, f"systemd-analyze security --no-pager {unit} | tail -1").stdout
     print(
@@ -136,27 +137,24 @@ def test_cpu_tensor_parallel_workers_inside_the_sandbox(lab: Any, deployed: Path
     assert "must use the `spawn`" not in journal  # the workers were forked
     assert re.search(r"\((?:Vllm)?Worker[-_ ]?(?:TP)?1 pid=\d+\)", journal), journal[-2000:]
     assert any(n.startswith("psm_") for n in segments), segments  # vLLM's MessageQueue
+    assert not on_host, on_host  # none in the host's /dev/shm
     assert float(exposure.split(":")[1].split()[0]) <= MAX_EXPOSURE
 
-    # a crash: SIGKILL to every process leaves the segments; stopping the user's last unit
-    # removes them (RemoveIPC)
+    # a crash: SIGKILL to every process leaves the segments in the unit's /dev/shm, which goes
+    # with its mount namespace: nothing of them reaches the host's, during or after the stop
     killed = fleet.ssh(
         host,
-        f"systemctl kill -s KILL {unit}; sleep 1; find /dev/shm -user vllm | wc -l; "
-        f"systemctl stop {unit}",
+        f"systemctl kill -s KILL {unit}; find /dev/shm -user vllm | wc -l; systemctl stop {unit}; "
+        "find /dev/shm -user vllm -printf '%f\\n'",
     ).stdout.split()
-    left: list[str] = []
-    for _ in range(20):
-        out = fleet.ssh(host, "find /dev/shm -user vllm -printf '%f\\n'").stdout
-        left = [n for n in out.split() if n]
-        if not left:
-            break
-        time.sleep(0.5)
+    left = killed[1:]
     others = fleet.ssh(
         host, "systemctl list-units --state=active --no-legend 'vllm-*'", check=False
     ).stdout
     print(
-        f"vllm files in /dev/shm: {len(segments)} running, {killed[-1] if killed else '?'} "
-        f"after SIGKILL, {len(left)} after the stop {left}; active vllm units: {others!r}"
+        f"vllm files in the unit's /dev/shm: {len(segments)} running; in the host's: "
+        f"{len(on_host)} running, {killed[0] if killed else '?'} after SIGKILL, {len(left)} after "
+        f"the stop {left}; active vllm units: {others!r}"
     )
+    assert killed and killed[0] == "0"
     assert not left

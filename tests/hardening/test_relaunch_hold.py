@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from tests.ansible.test_reload_role import RUNTIME as RELOAD_RUNTIME
+from tests.ansible.test_reload_role import A
 from tests.ansible.test_reload_role import Host as ReloadHost
 from tests.double import VllmDouble, wait_until
 from tests.hardening.fleet_load import LoadCounts, StreamLoad
@@ -216,7 +217,7 @@ class ProxiedHost(ReloadHost):
     def __init__(self, tmp_path: Path) -> None:
         super().__init__(tmp_path)
         self.public = free_port()  # the clients' door (nginx); self.port is vLLM's (upstream)
-        self.gate = GateFiles(tmp_path / "gate", "a")
+        self.gate = GateFiles(tmp_path / "gate", A)
         self.gate.dir.mkdir()
         self.nginx_root = tmp_path / "nginx"
 
@@ -249,7 +250,7 @@ def proxied_host(nginx_bin: str, tmp_path: Path) -> Iterator[tuple[ProxiedHost, 
     try:
         h.deploy({"max_num_seqs": 4}, {"max_num_seqs": 4})  # the units and launch file
         h.start()  # a's launcher and its server
-        files = render_proxy({"name": "a", "model": "/m", "port": h.public}, h.proxy_vars())
+        files = render_proxy({"name": A, "model": "/m", "port": h.public}, h.proxy_vars())
         waker = Waker(h.gate, f"127.0.0.1:{h.port}", tmp_path / "waker.log", hold=120,
                       holding=True).start()  # fmt: skip
         started.append(waker)
@@ -278,7 +279,7 @@ def test_the_roles_relaunch_and_config_reload_of_a_single_host_fail_no_request(
     the flag goes: 0 failed, 0 cut, and the held requests were served by the new server."""
     h, _, waker = proxied_host
     address = f"127.0.0.1:{h.public}"
-    relaunch = json.dumps({"vllm_service_restart_names": ["a"],
+    relaunch = json.dumps({"vllm_service_restart_names": [A],
                            "vllm_service_restart_relaunch": True})  # fmt: skip
     figures = []
     for label, change, args in [
@@ -305,7 +306,7 @@ def test_the_roles_relaunch_and_config_reload_of_a_single_host_fail_no_request(
         assert counts.failed == 0 and counts.cut == 0, (label, dict(counts.errors), out[-3000:])
         assert counts.completed == counts.started > before.started
         assert state["generation"] == generation + 1, label  # relaunched by the launcher
-        assert h.calls()[-1] == "reload vllm-a.service", h.calls()
+        assert h.calls()[-1] == f"reload vllm-{A}.service", h.calls()
         assert f"gate {h.gate.holding} closed" in out  # held, not taken out of rotation
         assert not h.gate.holding.exists() and not h.gate.draining.exists()
         assert hold > 0  # requests were held, then released to the new server

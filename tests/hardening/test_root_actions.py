@@ -30,11 +30,11 @@ TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
 EXEC = re.compile(r"^Exec(Condition|StartPre|Start|StartPost|Reload|Stop|StopPost)$")
 WATCH = ("PathExists", "PathExistsGlob", "PathChanged", "PathModified", "DirectoryNotEmpty")
 # a role's task on a service user's path: the variables that name one, and `warmctl relaunch`
-# (it reads the launcher's state file in the unit's runtime folder)
+# (its check argv names the launcher's state file in the unit's runtime folder)
 ROLE_PATHS = re.compile(
     r"gate_dir|\.(draining|warming|wakeable|gate|closed)\b|wake_request|sleep_request|"
     r"waker_socket|activity_socket|textfile|cache_dir|install_home|launch_state|runtime_dir|"
-    r"outputs|\bmodel\b|^\s*- relaunch$",
+    r"relaunch_check_argv|outputs|\bmodel\b|^\s*- relaunch$",
     re.MULTILINE,
 )
 

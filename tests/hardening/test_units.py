@@ -91,7 +91,7 @@ def test_systemd_analyze_security_exposure(name: str, tmp_path: Path) -> None:
     figures = {unit: exposure(root, unit) for unit in units}
     for unit, value in sorted(figures.items()):
         print(f"systemd-analyze security {unit} ({name}): {value:.1f}")
-    assert figures[r.unit_name] <= MAX_EXPOSURE
+    assert figures[r.plan.unit] <= MAX_EXPOSURE
     assert all(v <= MAX_EXPOSURE for v in figures.values()), figures
 
 
@@ -129,18 +129,23 @@ def test_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
 
 def test_dev_mode_binds_loopback_and_proxy_takes_the_port() -> None:
     gpu = rendered("gpu-sleep-proxied")
-    assert gpu.sleep and gpu.launch_env["VLLM_SERVER_DEV_MODE"] == "1"
-    assert gpu.server_argv[gpu.server_argv.index("--host") + 1] == "127.0.0.1"
-    assert gpu.server_argv[gpu.server_argv.index("--port") + 1] == "18000"
-    assert gpu.warmup_argv[2] == "127.0.0.1:18000"
+    assert gpu.plan.sleep and gpu.plan.launch_env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert list(gpu.plan.server_argv)[list(gpu.plan.server_argv).index("--host") + 1] == "127.0.0.1"
+    assert list(gpu.plan.server_argv)[list(gpu.plan.server_argv).index("--port") + 1] == "18000"
+    assert list(gpu.plan.warmup_argv)[2] == "127.0.0.1:18000"
     plain = rendered("gpu-plain")  # no dev mode: the operator's bind, no proxy
-    assert plain.server_argv[plain.server_argv.index("--host") + 1] == "0.0.0.0"
-    assert plain.server_argv[plain.server_argv.index("--port") + 1] == "8100"
-    assert "VLLM_SERVER_DEV_MODE" not in {**plain.env, **plain.launch_env}
+    assert (
+        list(plain.plan.server_argv)[list(plain.plan.server_argv).index("--host") + 1] == "0.0.0.0"
+    )
+    assert list(plain.plan.server_argv)[list(plain.plan.server_argv).index("--port") + 1] == "8100"
+    assert "VLLM_SERVER_DEV_MODE" not in {**plain.env, **plain.plan.launch_env}
     # dev mode without the proxy still binds loopback only
     alone = render_instance(MATRIX["gpu-sleep-proxied"][0], {"vllm_proxy_enabled": False})
-    assert alone.server_argv[alone.server_argv.index("--host") + 1] == "127.0.0.1"
-    assert alone.server_argv[alone.server_argv.index("--port") + 1] == "8000"
+    assert (
+        list(alone.plan.server_argv)[list(alone.plan.server_argv).index("--host") + 1]
+        == "127.0.0.1"
+    )
+    assert list(alone.plan.server_argv)[list(alone.plan.server_argv).index("--port") + 1] == "8000"
 
 
 def test_gpu_hosts_see_only_their_gpus() -> None:
@@ -283,14 +288,14 @@ def test_window_firing_while_the_instance_is_down_does_nothing(tmp_path: Path, s
         if state == "no-bus":
             assert proc.returncode == 255  # the service fails: systemctl --failed shows it
             assert lines[0] == (
-                f"warmctl: error: cannot read the state of {r.unit_name}: {stub}: {NO_BUS}: "
+                f"warmctl: error: cannot read the state of {r.plan.unit}: {stub}: {NO_BUS}: "
                 "sleep of window nights not done"
             )
             assert 'reason="error",vllm_instance=' in text
         else:
             assert proc.returncode == 1  # 1-254: systemd skips the unit, it does not fail it
             assert lines[0] == (
-                f"warmctl: warning: {r.unit_name} is {state}: sleep of window nights skipped"
+                f"warmctl: warning: {r.plan.unit} is {state}: sleep of window nights skipped"
             )
             assert f'reason="{state}",vllm_instance=' in text
         assert 'warmctl_window_skipped_timestamp_seconds{action="sleep"' in text
@@ -347,7 +352,10 @@ def syscall_set(groups: list[str], seen: dict[str, set[str]]) -> set[str]:
 def test_tensor_parallel_unit_lets_nccl_and_the_workers_talk() -> None:
     r = rendered("gpu-tp2-sleep")
     unit = r.unit_text
-    assert r.server_argv[r.server_argv.index("--tensor-parallel-size") + 1] == "2"
+    assert (
+        list(r.plan.server_argv)[list(r.plan.server_argv).index("--tensor-parallel-size") + 1]
+        == "2"
+    )
     assert r.env["CUDA_VISIBLE_DEVICES"] == "0,1" and r.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     allowed = unit_values(unit, "Service", "DeviceAllow")
     for device in ("/dev/nvidia0 rw", "/dev/nvidia1 rw", "/dev/nvidiactl rw", "/dev/nvidia-uvm rw"):
@@ -383,8 +391,8 @@ def test_a_stop_signals_the_main_process_alone(name: str) -> None:
     assert unit_values(r.unit_text, "Service", "KillMode") == ["mixed"]
     # and vLLM itself stops its engine core in order, after what is in flight (--shutdown-timeout;
     # signalled or not, vLLM's default abort logged "AsyncLLM output_handler failed" as an ERROR)
-    i = r.server_argv.index("--shutdown-timeout")
-    assert r.server_argv[i + 1] == "10"
+    i = list(r.plan.server_argv).index("--shutdown-timeout")
+    assert list(r.plan.server_argv)[i + 1] == "10"
 
 
 @pytest.mark.parametrize("result", ["success", "exit-code", "timeout"])

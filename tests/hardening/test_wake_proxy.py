@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.double import VllmDouble, wait_until
 from tests.hardening.proxy_support import Nginx, free_port, render_proxy
@@ -296,14 +297,16 @@ def test_idle_through_the_proxy(run, make_proxied: Callable[..., Proxied]) -> No
 
 
 def test_a_connection_storm_on_the_waker_does_not_stop_a_wake(
-    run, make_proxied: Callable[..., Proxied]
+    run, make_proxied: Callable[..., Proxied], tmp_path: Path
 ) -> None:
     """Idle connections pour onto the waker's socket, far past its bound (256) and its
     descriptor limit (640, as a unit's LimitNOFILE), before and while a real request reaches
     the instance asleep: the request is held, the wake runs, it is served. The waker keeps to
     its bound and logs the storm in one line (two if it lasted past a quiet spell), no
-    traceback."""
-    p = make_proxied(waker={"max_connections": 256, "nofile": 640})
+    traceback; its metrics count the connections the bound closed."""
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    p = make_proxied(waker={"max_connections": 256, "nofile": 640, "textfile_dir": metrics})
     p.asleep()
     stop, served = threading.Event(), threading.Event()
     opened: list[int] = [0]
@@ -359,3 +362,18 @@ def test_a_connection_storm_on_the_waker_does_not_stop_a_wake(
           + "\n".join(lines))  # fmt: skip
     assert 1 <= len(lines) <= 2 and "Traceback" not in log, log[-3000:]
     assert len(log.splitlines()) < 20, log[-3000:]
+
+    def closed_for_room() -> float:
+        found = list(metrics.glob("*.waker.prom"))
+        if not found:
+            return 0.0
+        for family in text_string_to_metric_families(found[0].read_text()):
+            for sample in family.samples:
+                if sample.name == "warmctl_waker_past_bound_connections_total" and (
+                    sample.labels.get("what") == "idle"
+                ):
+                    return sample.value
+        return 0.0
+
+    wait_until(lambda: closed_for_room() > 0, "the storm in the waker's metrics", timeout=60)
+    print(f"warmctl_waker_past_bound_connections_total{{what=idle}} {closed_for_room():g}")

@@ -64,7 +64,7 @@ def render_case(hostvars: Mapping[str, Any]) -> dict[str, str]:
         rendered = render_instance(instance, host, label="golden")
         for path, text in rendered.files.items():
             out[_flat(path)] = text
-        if rendered.plan is None or not rendered.plan.proxied:
+        if not rendered.plan.proxied:
             continue
         for name, text in render_proxy(instance, host).items():
             out[f"nginx__{instance['name']}__{name}"] = text

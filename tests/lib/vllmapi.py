@@ -121,11 +121,11 @@ def question_for(units: Iterable[Any], routes: Iterable[Any]) -> Question:
     argvs: dict[tuple[str, ...], None] = {}
     env: dict[str, None] = {}
     for r in units:
-        argv = list(r.server_argv)
+        argv = list(r.plan.server_argv)
         if argv[1:2] != ["-m"]:
             raise LabError(f"{r.name}: the server does not run `python -m MODULE`: {argv[:3]}")
         argvs[tuple(argv[2:])] = None
-        for name in {**r.env, **r.launch_env}:
+        for name in {**r.env, **r.plan.launch_env}:
             if name.startswith("VLLM_"):
                 env[name] = None
     modules = {a[0]: None for a in argvs} | dict.fromkeys(DEFAULT_PRELOAD)

@@ -105,7 +105,7 @@ def test_idle_sleep_after_reads_seconds_and_durations(after, seconds):
     f = instance_facts(
         {**IDLE, "idle_sleep": {"after": after}}, {"vllm_preflight_device_kind": "cpu"}
     )
-    assert f.idle_after == seconds
+    assert f.triggers[0]["settings"]["after"] == seconds
 
 
 @pytest.mark.parametrize("after", ["soon", "15 minutes", 0, -5, True, "1d"])
@@ -118,12 +118,13 @@ def test_idle_sleep_puts_the_proxy_in_front_and_adds_the_waker_and_its_two_trigg
     cpu = instance_facts(IDLE, {"vllm_preflight_device_kind": "cpu"})
     # the door every request passes: auto puts the proxy in front of a CPU instance too
     assert cpu.proxied and not cpu.sleep and cpu.wake_on_request
-    assert (cpu.idle_after, cpu.idle_level, cpu.wake_hold) == (900, 2, 600)
+    assert (cpu.triggers[0]["settings"], cpu.wake_hold) == ({"after": 900, "level": 2}, 600)
     assert [(t["action"], t["cause"]) for t in cpu.triggers] == [
         ("sleep", "idle"),
         ("wake", "request"),
     ]
-    assert cpu.triggers[0]["file"] == cpu.sleep_request == "/run/vllm-gate/idler.sleep-request"
+    assert cpu.triggers[0]["file"] == "/run/vllm-gate/idler.sleep-request"
+    assert [t["level"] for t in cpu.triggers] == [2, 2]  # the wake's: the sleep's level
     assert cpu.triggers[1]["units"]["wake"] == {
         "service": "vllm-idler-wake-request.service",
         "path": "vllm-idler-wake-request.path",
@@ -158,7 +159,6 @@ def test_windows_refuse_by_default_and_only_a_waking_one_needs_the_waker():
     # vLLM sleep mode: the waker wakes it itself (no request trigger); a CPU host's start is
     # systemd's (the request trigger's path unit)
     assert w.wake_on_request and w.triggers == () and w.waker_unit == "vllm-qwen-waker.service"
-    assert w.idle_after == 0
     cpu = instance_facts(waking, {"vllm_preflight_device_kind": "cpu", "vllm_proxy_enabled": True})
     assert [t["cause"] for t in cpu.triggers] == ["request"]
 

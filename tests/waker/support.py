@@ -95,10 +95,10 @@ def waker_config(files: GateFiles, target: str, **options: Any) -> dict[str, Any
             "wake_request": str(files.wake_request),
         },
     }
-    if options.get("idle_after"):
-        config["idle_after"] = options["idle_after"]
+    if options.get("idle_after"):  # the idle sleep's trigger (warmctl.sleepwake.triggers)
         config["activity_socket"] = str(files.activity)
-        config["flags"]["sleep_request"] = str(files.sleep_request)
+        config["triggers"] = [{"cause": "idle", "request_file": str(files.sleep_request),
+                               "settings": {"after": options["idle_after"]}}]  # fmt: skip
     if options.get("wake_here"):
         config["wake_here"] = True
     if options.get("holding"):

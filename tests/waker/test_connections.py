@@ -59,3 +59,20 @@ def test_a_long_storm_is_one_line_a_minute() -> None:
     assert all("connection storm" in line for line in lines)
     assert lines[0].endswith("goes on (one line a minute)") and lines[-1].endswith("over")
     assert sum(int(line.split("storm: ")[1].split()[0]) for line in lines) == 150
+
+
+def test_every_event_of_a_storm_counts_in_the_waker_metrics() -> None:
+    from warmctl.waker.metrics import WakerMetrics
+
+    metrics = WakerMetrics("tiny", None)
+    door = Connections(2, Storm("tiny", 2, [].append, Clock(), metrics.connection_past_bound))
+    a, b = conn(), conn()
+    assert door.admit(a) and door.admit(b) and door.admit(conn())  # a closed for room
+    assert door.started(b)
+    door.storm.note("descriptors")
+
+    def count(what: str) -> float | None:
+        name = "warmctl_waker_past_bound_connections_total"
+        return metrics.registry.get_sample_value(name, {"what": what})
+
+    assert (count("idle"), count("refused"), count("descriptors")) == (1.0, 0.0, 1.0)

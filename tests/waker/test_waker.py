@@ -82,8 +82,7 @@ def test_released_in_the_order_they_came(tmp_path: Path) -> None:
     from warmctl.waker.metrics import WakerMetrics
 
     files = GateFiles(tmp_path)
-    flags = Flags(files.wakeable, files.closed, files.warming, files.draining,
-                  files.wake_request, None)  # fmt: skip
+    flags = Flags(files.wakeable, files.closed, files.warming, files.draining, files.wake_request)
     files.wakeable.write_text("asleep\n")
 
     async def scenario() -> list[int]:
@@ -327,8 +326,9 @@ def test_bad_options_change_nothing(run, gate: GateFiles, tmp_path: Path) -> Non
     result = run(*argv())
     assert result.exit_code == 2 and "is not a socket" in result.stderr
     gate.socket.unlink()
-    result = run(*config(idle_after=5))  # no activity socket, no sleep request
-    assert result.exit_code == 2 and "idle_after needs" in result.stderr
+    idle = {"cause": "idle", "request_file": str(gate.sleep_request), "settings": {"after": 5}}
+    result = run(*config(triggers=[idle]))  # no activity socket
+    assert result.exit_code == 2 and "the idle trigger needs activity_socket" in result.stderr
     result = run(*config(target="https://x:1/prefix"))
     assert result.exit_code == 2 and "HOST:PORT" in result.stderr
     assert sorted(os.listdir(gate.dir)) == []  # nothing bound or written
@@ -343,6 +343,9 @@ def test_bad_options_change_nothing(run, gate: GateFiles, tmp_path: Path) -> Non
         ('{"name": "tiny"}', "target: missing"),
         ("HOLD", "hold: a string where a number goes"),
         ("TYPO", "idle_afer: not a key"),
+        ("CAUSE", "triggers[0].cause: 'nap' is no sleep trigger's (one of idle)"),
+        ("AFTER", "triggers[0].settings.after: 0 where a number of seconds above 0 goes"),
+        ("NOLIST", "triggers: an object where a list goes"),
         ("FLAG", "flags.wakeable: missing"),
         ("CHECK", "output_check goes with wake_here"),
         ("GONE", "cannot read it"),
@@ -356,9 +359,13 @@ def test_a_bad_config_file_is_one_line_and_nothing_bound(
     from tests.waker.support import waker_config
 
     good = waker_config(gate, "127.0.0.1:8000")
+    idle = waker_config(gate, "127.0.0.1:8000", idle_after=5)["triggers"][0]
     changed = {
         "HOLD": {**good, "hold": "60"},
         "TYPO": {**good, "idle_afer": 5},
+        "CAUSE": {**good, "triggers": [{**idle, "cause": "nap"}]},
+        "AFTER": {**good, "triggers": [{**idle, "settings": {"after": 0}}]},
+        "NOLIST": {**good, "triggers": {}},
         "FLAG": {**good, "flags": {k: v for k, v in good["flags"].items() if k != "wakeable"}},
         "CHECK": {**good, "output_check": str(tmp_path / "outputs.json")},
     }

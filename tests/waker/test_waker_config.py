@@ -31,7 +31,11 @@ def test_the_rendered_config_is_the_plan_and_wakes_as_the_wake_service(
         "127.0.0.1:18000",
         f"{gate}.waker.sock",
     )
-    assert str(cfg.activity_socket) == f"{gate}.activity.sock" and cfg.idle_after == 900
+    assert str(cfg.activity_socket) == f"{gate}.activity.sock"
+    # the idle sleep's trigger: its detector's settings and request file (the path unit's)
+    assert [(t.kind.cause, str(t.request), dict(t.settings)) for t in cfg.triggers] == [
+        ("idle", f"{gate}.sleep-request", {"after": 900})
+    ]
     assert [str(p) for p in cfg.flags.paths()] == [
         f"{gate}.{suffix}"
         for suffix in (

@@ -189,11 +189,12 @@ class Config:
         rendered = render_for_bench(self, site)
         env = {**base, **rendered.env}
         dirs["cache"] = self.cache_dir(site)
-        argv = list(rendered.argv)
-        if rendered.launch_path:  # the launcher reads its launch file, as the unit's does
-            launch_file = Path(rendered.launch_path)
+        plan = rendered.plan
+        argv = list(plan.exec_argv)
+        if plan.launch_file:  # the launcher reads its launch file, as the unit's does
+            launch_file = Path(plan.launch_file)
             launch_file.parent.mkdir(parents=True, exist_ok=True)
-            launch_file.write_text(rendered.files[rendered.launch_path])
+            launch_file.write_text(rendered.files[plan.launch_file])
             # no /run/vllm-NAME outside systemd: the launcher's state goes to this start's tmp
             argv[argv.index("--state-file") + 1] = str(tmp / "launcher.json")
             if self.launcher_args:
@@ -203,12 +204,12 @@ class Config:
             other = Config(self.key, self.title, True, self.compilation_config,
                            {**self.instance_extra, "warmup_args": list(self.relaunch_warmup_args)},
                            self.shares)  # fmt: skip
-            relaunch_warmup = list(render_for_bench(other, site).warmup_argv)
-        server_env = {**env, **rendered.launch_env}
+            relaunch_warmup = list(render_for_bench(other, site).plan.warmup_argv)
+        server_env = {**env, **plan.launch_env}
         return Launch(
-            LaunchSpec(argv, env, listen_url(rendered.server_argv, site.base_url)),
-            list(rendered.warmup_argv),
-            server_env.get("VLLM_SERVER_DEV_MODE") == "1" and rendered.sleep,
+            LaunchSpec(argv, env, listen_url(list(plan.server_argv), site.base_url)),
+            list(plan.warmup_argv),
+            server_env.get("VLLM_SERVER_DEV_MODE") == "1" and plan.sleep,
             dirs,
             relaunch_warmup,
         )

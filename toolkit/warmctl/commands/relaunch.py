@@ -135,22 +135,12 @@ def _check(
     from warmctl.terminal.output import console, emit_json
 
     checked = check(pid, expect=expect)
-    state = checked.state or {}
-    what = checked.files.launch_file or "the same arguments"
     verdict = vet(pid, checked, vllm_timeout) if vllm_timeout is not None else None
+    accepted = bool(verdict and verdict.get("checked"))
     if as_json:  # what it runs now, from its state file (the role's report)
-        doc = {"target": target.label, "launcher_pid": pid, "can_relaunch": True,
-               "launch_file": checked.files.launch_file,
-               "generation": state.get("generation"), "argv": state.get("argv"),
-               "runs_launch_file": checked.current,
-               "vllm_checked": bool(verdict and verdict.get("checked"))}  # fmt: skip
-        emit_json("relaunch", [doc], 0)
+        emit_json("relaunch", [checked.report(target.label, pid, accepted)], 0)
     else:
-        said = " (vLLM accepts it)" if verdict and verdict.get("checked") else ""
-        console().print(
-            f"{target.label}: launcher {pid} (generation {state.get('generation', '?')}) "
-            f"can relaunch with {what}{said}"
-        )
+        console().print(checked.line(target.label, pid, accepted))
     return 0
 
 

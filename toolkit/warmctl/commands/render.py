@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from warmctl.commands.options import guard
+
+if TYPE_CHECKING:
+    from warmctl.plan.render import RenderedInstance
 
 
 @click.command("render")
@@ -17,7 +21,12 @@ from warmctl.commands.options import guard
     type=click.Choice(["gpu", "cpu"]),
     help="Kind of host (default: vllm_preflight_device_kind in VARS_FILE, else gpu).",
 )
-@click.option("--json", "as_json", is_flag=True, help="argv, env and files as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Each instance's plan (what its unit runs, its files' paths) and files as JSON.",
+)
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -110,7 +119,6 @@ def _load_vars(path: Path) -> dict:
     return data
 
 
-def _as_dict(r: object) -> dict:
-    from dataclasses import asdict
-
-    return asdict(r)  # type: ignore[call-overload]
+def _as_dict(r: RenderedInstance) -> dict[str, Any]:
+    """An instance's JSON: its plan (warmctl.plan.instance's fields) and its files."""
+    return {"name": r.name, "device": r.device, "plan": r.plan.as_dict(), "files": r.files}

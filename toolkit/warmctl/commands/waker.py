@@ -18,8 +18,8 @@ from warmctl.commands.options import guard
     type=click.Path(dir_okay=False, path_type=Path),
     help="The instance's waker configuration (JSON; the role renders it from the instance's "
     "plan as /etc/vllm/NAME.waker.json): its name and vLLM's HOST:PORT, its two sockets and "
-    "their group, the gate's flags and request files, the idle sleep, the hold and the "
-    "backoff, whether it wakes vLLM's sleep mode itself, the metrics folder. "
+    "their group, the gate's flags and request files, the sleep triggers (the idle sleep), the "
+    "hold and the backoff, whether it wakes vLLM's sleep mode itself, the metrics folder. "
     "`warmctl render` writes it beside the units.",
 )
 def command(config_path: Path) -> None:
@@ -41,9 +41,10 @@ def command(config_path: Path) -> None:
     they are passed on if vLLM answers /health, else refused (503 relaunch-failed); past the
     hold, 503 relaunch-timeout.
 
-    Idle sleep (`idle_after` seconds, 0: off): awake (no flag) and no request finished for that
-    long (nginx's datagrams on the activity socket) and vLLM's /load says none in flight: the
-    sleep-request file is created (systemd's path unit runs the sleep, with its drain and gate).
+    Sleep triggers (`triggers`, each one's detector): the idle sleep (`after` seconds): awake
+    (no flag) and no request finished for that long (nginx's datagrams on the activity socket)
+    and vLLM's /load says none in flight: its request file is created (systemd's path unit runs
+    the sleep, with its drain and gate).
 
     It needs no privileges: it reads and creates files in the gate folder and binds two sockets
     there, which only nginx's workers (`socket_group`) and its own user can connect to. A storm

@@ -75,6 +75,21 @@ class Checked:
             return None
         return self.state.get("launch_sha256") == self.launch.digest
 
+    def report(self, label: str, pid: int, vllm_checked: bool) -> dict[str, Any]:
+        """What `warmctl relaunch --check --json` says of it (the restart role reads it)."""
+        state = self.state or {}
+        return {"target": label, "launcher_pid": pid, "can_relaunch": True,
+                "launch_file": self.files.launch_file,
+                "generation": state.get("generation"), "argv": state.get("argv"),
+                "runs_launch_file": self.current, "vllm_checked": vllm_checked}  # fmt: skip
+
+    def line(self, label: str, pid: int, vllm_checked: bool) -> str:
+        """... and without --json, in one line."""
+        generation = (self.state or {}).get("generation", "?")
+        what = self.files.launch_file or "the same arguments"
+        said = " (vLLM accepts it)" if vllm_checked else ""
+        return f"{label}: launcher {pid} (generation {generation}) can relaunch with {what}{said}"
+
 
 def children(
     pid: int, proc: Path = Path("/proc"), state: dict[str, Any] | None = None

@@ -22,6 +22,9 @@ path) is warmctl.plan.server's part of it. Every variable it reads is in SETTING
     bind      vLLM's bind address: 127.0.0.1 when proxied or in dev mode, else `bind`, else
               vllm_service_bind
     target    HOST:PORT that reaches vLLM from the host itself (warmup, sleep, wake, drain)
+    listens   every TCP port the instance's processes listen on, each with the key that sets it:
+              the clients' port, vLLM's behind the proxy, the awake-only door (validate: each is
+              a port and one process's on the host)
     warmctl   the host's warmctl (vllm_install_warmctl_venv/bin/warmctl)
     python    vLLM's interpreter (vllm_install_vllm_python, else vllm_install_venv/bin/python)
     unit, gate, draining, warming   the unit's name and the proxy gate's flag files
@@ -34,19 +37,20 @@ path) is warmctl.plan.server's part of it. Every variable it reads is in SETTING
               waker, which holds them until the flag is gone (docs/LAUNCHER.md)
     windows   the sleep windows, each with its level (default SLEEP_LEVEL), what a request that
               comes while it sleeps does (`on_request`: refuse, the default, or wake) and unit names
-    idle_after, idle_level   idle sleep: seconds without a request at the proxy (0: off), level
     wake_on_request   the proxy holds a request that reaches the instance asleep and wakes it
-              (idle sleep, or a window with on_request: wake); the waker unit runs beside it
+              (a sleep trigger such as idle sleep, or a window with on_request: wake); the waker
+              unit runs beside it
               (also with restart_hold: the waker holds requests across a restart)
     wake_hold  how long the proxy holds such a request before a 503 (seconds)
     wake_failed_backoff  after a failed wake, how long requests get 503 at once (seconds)
     awake_port  the awake-only door (0: none): a load balancer's primary, refused while asleep
-    wakeable, wake_request, sleep_request, waker_socket, activity_socket   the wake-on-request
-              files in the gate folder: asleep-and-wakeable flag, the waker's two asks to systemd
-              (path units), its HTTP socket (nginx's auth_request) and the access-log socket
+    wakeable, wake_request, waker_socket, activity_socket   the wake-on-request files in the
+              gate folder: asleep-and-wakeable flag, the waker's ask to systemd for a wake (a path
+              unit), its HTTP socket (nginx's auth_request) and the access-log socket
     outputs   the answers a GPU sleep records and its wake replays (the output check)
-    triggers  the idle sleep and the request wake, shaped like windows (one action each), with
-              their path and service units
+    triggers  the sleep triggers that are on (warmctl.sleepwake.triggers.KINDS: the idle sleep)
+              with their settings and request files, and the request wake, shaped like windows
+              (one action each), with their path and service units
     files     every file the roles render for the instance: path, template, role, window, action
     waker     the waker unit runs: wake on request, or the hold across a restart (restart_hold)
     output_check  a GPU sleep records answers its wake replays (vllm_schedule_output_check)
@@ -54,11 +58,10 @@ path) is warmctl.plan.server's part of it. Every variable it reads is in SETTING
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from warmctl.plan.roles import integer, role_defaults, truthy
 from warmctl.plan.server import Core, server_plan
@@ -68,13 +71,13 @@ from warmctl.sleepwake.gate import (
     CLOSED,
     DRAINING,
     HOLDING,
-    SLEEP_REQUEST,
     WAKE_REQUEST,
     WAKEABLE,
     WAKER_SOCKET,
     WARMING,
     GateFiles,
 )
+from warmctl.sleepwake.triggers import KINDS, SLEEP_LEVEL, TriggerKind
 
 # The variables the facts depend on (unset: the roles' defaults); the one list of them.
 SETTINGS = (
@@ -120,15 +123,20 @@ SETTINGS = (
     "vllm_proxy_nginx_group",
     "vllm_proxy_access_log",
 )
-SLEEP_LEVEL = 1  # a window's vLLM sleep level unless it names one
 ON_REQUEST = ("refuse", "wake")  # what a request does to a sleeping instance (window default first)
 # how long the proxy holds a request while the instance wakes, unless vllm_schedule_wake_hold_sec
 # says: a GPU wake is a /wake_up (under a second, seconds at level 2), a CPU one a start + warmup
 WAKE_HOLD = {"gpu": 120, "cpu": 600}
-_DURATION = re.compile(r"^\s*(\d+)\s*(s|sec|m|min|h)?\s*$")
-_UNIT_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
 ACTIONS = ("sleep", "wake")  # a window's two timers and services
 _LOOPBACK_BINDS = ("0.0.0.0", "::", "127.0.0.1", "localhost")
+
+
+class Listen(NamedTuple):
+    """A TCP port one of the instance's processes listens on."""
+
+    key: str  # the instance's key that sets it (where a problem with it is said)
+    number: int
+    who: str  # who listens there, for a problem's line ("": the clients' door itself)
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,7 @@ class InstanceFacts:
     upstream: int
     bind: str
     target: str
+    listens: tuple[Listen, ...]
     warmctl: str  # the host's warmctl (the warmup, the windows, the drain)
     python: str  # vLLM's interpreter: vllm_install_vllm_python, else the role's venv's
     unit: str
@@ -162,19 +171,16 @@ class InstanceFacts:
     window_unit: str  # the boot-time window check ("" without windows)
     window_script: str  # what it runs ("" without windows)
     windows: tuple[dict[str, Any], ...]
-    idle_after: int  # idle sleep after this many seconds without a request (0: off)
-    idle_level: int
     wake_on_request: bool
     wake_hold: int
     wake_failed_backoff: int  # after a failed wake, requests are refused at once this long
     awake_port: int
     wakeable: str  # asleep, and a request wakes it (the proxy holds it meanwhile)
     wake_request: str  # the waker asks systemd for a wake (vllm-NAME-wake-request.path)
-    sleep_request: str  # ... for an idle sleep (vllm-NAME-sleep-idle.path)
     waker_socket: str
     activity_socket: str
     outputs: str
-    waker_unit: str  # "" without wake on request and idle sleep
+    waker_unit: str  # "" without wake on request and restarts that hold requests
     waker_config: str  # what the waker reads (`warmctl waker --config`; "" without a waker)
     triggers: tuple[dict[str, Any], ...]
     files: tuple[dict[str, Any], ...]
@@ -212,25 +218,20 @@ def _launcher(instance: Mapping[str, Any], setting: Any, gpu: bool) -> bool:
     return truthy(value)
 
 
+def _listens(port: int, upstream: int, proxied: bool, awake_port: int) -> tuple[Listen, ...]:
+    doors = [Listen("port", port, "")]
+    if proxied:  # nginx on the clients' port, vLLM on its own
+        doors.append(Listen("port", upstream, "vLLM behind the proxy"))
+    if awake_port:
+        doors.append(Listen("awake_port", awake_port, "the awake-only door"))
+    return tuple(doors)
+
+
 def _load_balanced(setting: Any, awake_port: int) -> bool:
     """vllm_proxy_load_balanced: true, false or auto (an awake-only door: a load balancer's)."""
     if str(setting).strip().lower() == "auto":
         return awake_port > 0
     return truthy(setting)
-
-
-def duration_seconds(value: Any, what: str) -> int:
-    """Seconds of a duration: an integer (seconds) or "90s", "15m"/"15min", "2h"."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        seconds = value
-    else:
-        match = _DURATION.match(str(value)) if isinstance(value, str) else None
-        if match is None:
-            raise ValueError(f"{what} must be seconds or a duration such as 15m, got {value!r}")
-        seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"{what} must be more than 0 seconds, got {value!r}")
-    return seconds
 
 
 def local_address(bind: str) -> str:
@@ -272,12 +273,12 @@ def _window(name: str, window: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _trigger(name: str, kind: str, action: str, level: int, file: str) -> dict[str, Any]:
-    """The idle sleep or the request wake: a window with one action, started by a path unit
+def _trigger(name: str, cause: str, action: str, level: int, file: str) -> dict[str, Any]:
+    """A sleep trigger or the request wake: a window with one action, started by a path unit
     when the waker creates `file` (the service removes it when it ends, done or failed)."""
-    base = f"vllm-{name}-{action}-{kind}"
+    base = f"vllm-{name}-{action}-{cause}"
     unit = {"service": f"{base}.service", "path": f"{base}.path"}
-    return {"name": kind, "cause": kind, "action": action, "level": level, "file": file,
+    return {"name": cause, "cause": cause, "action": action, "level": level, "file": file,
             "on_request": "wake", "units": {action: unit}}  # fmt: skip
 
 
@@ -350,8 +351,8 @@ def _gate_files(gate_dir: str, name: str) -> dict[str, str]:
     answers."""
     files = GateFiles(Path(gate_dir), name)
     named = {"gate": CLOSED, "draining": DRAINING, "warming": WARMING, "holding": HOLDING,
-             "wakeable": WAKEABLE, "wake_request": WAKE_REQUEST, "sleep_request": SLEEP_REQUEST,
-             "waker_socket": WAKER_SOCKET, "activity_socket": ACTIVITY_SOCKET}  # fmt: skip
+             "wakeable": WAKEABLE, "wake_request": WAKE_REQUEST, "waker_socket": WAKER_SOCKET,
+             "activity_socket": ACTIVITY_SOCKET}  # fmt: skip
     return {
         **{field: str(files.path(suffix)) for field, suffix in named.items()},
         # the greedy answers a sleep records and a wake replays (vllm_schedule_output_check)
@@ -359,19 +360,31 @@ def _gate_files(gate_dir: str, name: str) -> dict[str, str]:
     }
 
 
+def _kinds_on(instance: Mapping[str, Any], name: str) -> list[tuple[TriggerKind, dict]]:
+    """The sleep triggers the instance turns on, each with its settings (their kinds' order)."""
+    on = [(kind, kind.settings(instance.get(kind.key), name)) for kind in KINDS]
+    return [(kind, settings) for kind, settings in on if settings is not None]
+
+
 def _triggers(
-    name: str, files: Mapping[str, str], idle: tuple[int, int], wakes: bool, sleep: bool
+    name: str, gate_dir: str, on: list[tuple[TriggerKind, dict]], wakes: bool, sleep: bool
 ) -> list[dict[str, Any]]:
-    """The idle sleep (after `idle` = (seconds, level), 0: off) and the request wake."""
-    idle_after, idle_level = idle
+    """The sleep triggers that are `on`, with their settings and request files, then the
+    request wake."""
+    files = GateFiles(Path(gate_dir), name)
     triggers = []
-    if idle_after:
-        triggers.append(_trigger(name, "idle", "sleep", idle_level, files["sleep_request"]))
+    for kind, settings in on:
+        level = settings.get("level", SLEEP_LEVEL)
+        trigger = _trigger(name, kind.cause, kind.action, level, str(files.path(kind.request)))
+        triggers.append({**trigger, "on_request": ON_REQUEST[kind.wakeable],
+                         "settings": settings})  # fmt: skip
     if wakes and not sleep:
         # a start (CPU hosts, sleep off) is systemd's to do; a vLLM sleep mode's wake the waker
-        # does itself, as `warmctl wake` would (no process to start: the wake is ~0.2 s)
-        level = idle_level if idle_after else SLEEP_LEVEL
-        triggers.append(_trigger(name, "request", "wake", level, files["wake_request"]))
+        # does itself, as `warmctl wake` would (no process to start: the wake is ~0.2 s); it
+        # wakes from the first sleep trigger's level
+        level = triggers[0]["level"] if triggers else SLEEP_LEVEL
+        file = str(files.path(WAKE_REQUEST))
+        triggers.append(_trigger(name, "request", "wake", level, file))
     return triggers
 
 
@@ -401,15 +414,15 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     name = str(instance.get("name", ""))
     gpu = s["vllm_preflight_device_kind"] == "gpu"
     windows = instance.get("windows") or []
-    idle = instance.get("idle_sleep")
-    idle = idle if isinstance(idle, Mapping) else {}
-    idle_after = duration_seconds(idle["after"], f"{name}: idle_sleep.after") if idle else 0
+    kinds_on = _kinds_on(instance, name)
     asked = instance.get("sleep")
-    sleep_requested = bool(windows or idle_after) if asked is None else truthy(asked)
+    sleeps = any(kind.action == "sleep" for kind, _ in kinds_on)
+    sleep_requested = bool(windows or sleeps) if asked is None else truthy(asked)
     sleep = sleep_requested and gpu
     mode = str(s["vllm_proxy_enabled"]).strip().lower()
-    # idle sleep needs the door every request passes: the proxy
-    proxied = truthy(mode) or (mode == "auto" and (sleep or idle_after > 0))
+    # a trigger that sees the requests needs the door every request passes: the proxy
+    needs_proxy = any(kind.needs_proxy for kind, _ in kinds_on)
+    proxied = truthy(mode) or (mode == "auto" and (sleep or needs_proxy))
     launcher = _launcher(instance, s["vllm_service_launcher"], gpu)
     port = integer(instance.get("port", s["vllm_service_port"]), f"instance {name}: port")
     offset = integer(s["vllm_proxy_upstream_port_offset"], "vllm_proxy_upstream_port_offset")
@@ -417,14 +430,13 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     bind = "127.0.0.1" if (proxied or sleep) else str(instance.get("bind", s["vllm_service_bind"]))
     gate_dir = str(s["vllm_proxy_gate_dir"])
     window_facts = [_window(name, w) for w in windows if isinstance(w, Mapping)]
+    kinds_on = [(k, settings) for k, settings in kinds_on if proxied or not k.needs_proxy]
     wake_on_request = proxied and (
-        idle_after > 0 or any(w["on_request"] == "wake" for w in window_facts)
+        any(k.wakeable for k, _ in kinds_on) or any(w["on_request"] == "wake" for w in window_facts)
     )
-    idle_level = integer(idle.get("level", SLEEP_LEVEL), f"instance {name}: idle_sleep.level")
     wake_hold, backoff = _wake_settings(s, sleep)
     gate_files = _gate_files(gate_dir, name)
-    idle_now = (idle_after, idle_level) if proxied else (0, idle_level)
-    triggers = _triggers(name, gate_files, idle_now, wake_on_request, sleep)
+    triggers = _triggers(name, gate_dir, kinds_on, wake_on_request, sleep)
     awake_port = integer(instance.get("awake_port", 0), f"instance {name}: awake_port")
     load_balanced = _load_balanced(s["vllm_proxy_load_balanced"], awake_port)
     restart_hold = proxied and not load_balanced
@@ -453,6 +465,7 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "upstream": upstream,
         "bind": bind,
         "target": f"{local_address(bind)}:{upstream}",
+        "listens": _listens(port, upstream, proxied, awake_port),
         "warmctl": warmctl_path(s),
         "python": str(s["vllm_install_vllm_python"] or f"{s['vllm_install_venv']}/bin/python"),
         "unit": f"vllm-{name}.service",
@@ -462,8 +475,6 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         **paths,
         **gate_files,
         "windows": tuple(window_facts),
-        "idle_after": idle_after if proxied else 0,
-        "idle_level": idle_level,
         "wake_on_request": wake_on_request,
         "wake_hold": wake_hold,
         "wake_failed_backoff": backoff,

@@ -13,6 +13,7 @@ import contextlib
 import io
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,20 @@ def _port(value: Any, where: str) -> int:
     return port
 
 
+def instance_door(address: str, plan: Mapping[str, Any], where: str = "") -> Target:
+    """Where clients reach an instance at `address` (a host's name, address or URL): the
+    clients' port of its plan (InstanceFacts.as_dict(), or the roles' vllm_preflight_instances
+    item), unless the address names a port itself."""
+    where = where or f"instance {plan.get('name', '?')}"
+    return parse_target(address, default_port=_port(plan.get("port"), where))
+
+
+def instance_entry(door: str) -> dict[str, Any]:
+    """A new item of vllm_service_instances for a server known only by its door (a host given
+    on the command line, not read from an inventory): named after it, with its port."""
+    return {"name": f"port-{door}", "port": int(door) if door.isdigit() else door}
+
+
 def targets_for_host(
     name: str, hv: dict[str, Any], default_port: int = DEFAULT_PORT
 ) -> list[Target]:
@@ -127,11 +142,11 @@ def targets_for_host(
             if not isinstance(inst, dict):
                 raise WarmctlError(f"{name}: {INSTANCES_VAR}[{i}] is not a dict", kind="input")
             where = f"{name} {INSTANCES_VAR}[{i}]"
-            try:  # the clients' port, by the roles' own rule (warmctl.plan.instance)
-                port = _port(instance_facts(inst, hv).port, where)
+            try:  # the instance's plan, by the roles' own rule (warmctl.plan.instance)
+                plan = instance_facts(inst, hv).as_dict()
             except ValueError as exc:  # a value the instance's plan cannot read: which, said
                 raise WarmctlError(f"{where}: {exc}", kind="input") from None
-            base = parse_target(address, default_port=port)
+            base = instance_door(address, plan, where)
             targets.append(base.with_name(f"{name}/{inst.get('name', i)}", settings))
         return targets
     port = _port(hv[PORT_VAR], f"{name} {PORT_VAR}") if PORT_VAR in hv else default_port

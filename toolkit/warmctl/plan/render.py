@@ -3,14 +3,12 @@
 The same template files the roles use, with the roles' own defaults (`roles/*/defaults/main.yml`)
 and the same filters, so the GPU benchmark and `warmctl render` start vLLM exactly as the unit
 would. `render_instance()` returns the instance's plan (warmctl.plan.instance) and every file
-rendered
-from it, with the plan's `argv` / `env` of the unit's ExecStart / EnvironmentFile (under the
-launcher, also its launch file's path and variables, and `server_argv`: what the server runs).
+rendered from it: what the unit runs is the plan's (`exec_argv`, `env_lines`, `server_argv`).
 
     from warmctl.plan.render import render_instance
     r = render_instance({"name": "qwen", "model": "/srv/models/qwen", "port": 8001},
                         {"vllm_preflight_device_kind": "gpu"})
-    subprocess.Popen(r.argv, env={**os.environ, **r.env})
+    subprocess.Popen(r.plan.exec_argv, env={**os.environ, **r.env})
 """
 
 from __future__ import annotations
@@ -47,22 +45,30 @@ class RenderError(WarmctlError, ValueError):
 
 @dataclass(frozen=True)
 class RenderedInstance:
-    name: str
+    """One instance's plan and every file rendered from it. What the unit runs is the plan's
+    (`plan.exec_argv`, `plan.server_argv`, `plan.warmup_argv`, `plan.launch_file`, ...): read
+    there, never parsed back from the files."""
+
     device: str  # "gpu" or "cpu"
-    unit_name: str  # vllm-<name>.service
-    unit_text: str
-    env_path: str
-    env_text: str
-    argv: list[str]  # the unit's ExecStart (argv[0] is the venv's python)
-    env: dict[str, str]  # the unit's EnvironmentFile
-    warmup_argv: list[str]  # the unit's ExecStartPost
-    sleep: bool  # vLLM sleep mode on (GPU host and sleep enabled)
+    plan: InstanceFacts  # everything derived of the instance (warmctl.plan.instance)
     files: dict[str, str] = field(default_factory=dict)  # host path -> text, every file
-    launch_path: str = ""  # the launch file under the launcher ("" without)
-    launch_env: dict[str, str] = field(default_factory=dict)  # the variables it sets
-    # what the server runs: `python -m MODULE ARGS...` (under the launcher, ARGS from its file)
-    server_argv: list[str] = field(default_factory=list)
-    plan: InstanceFacts | None = None  # everything derived of the instance (warmctl.plan.instance)
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def unit_text(self) -> str:
+        return self.files[self.plan.unit_file]
+
+    @property
+    def env_text(self) -> str:
+        return self.files[self.plan.env_file]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The unit's EnvironmentFile as the service sees it (a later line wins)."""
+        return dict(self.plan.env_lines)
 
 
 def _combine(base: Mapping[str, Any], *others: Mapping[str, Any], recursive: bool = False) -> dict:
@@ -207,20 +213,4 @@ def render_instance(
             continue
         extra = {"vllm_window": produced["window"], "vllm_window_action": produced["action"]}
         files[produced["path"]] = _render(produced["template"], _combine(variables, extra))
-    return RenderedInstance(
-        name=plan.name,
-        device=variables[DEVICE_KEY],
-        unit_name=plan.unit,
-        unit_text=files[plan.unit_file],
-        env_path=plan.env_file,
-        env_text=files[plan.env_file],
-        argv=list(plan.exec_argv),
-        env=dict(plan.env_lines),
-        warmup_argv=list(plan.warmup_argv),
-        sleep=plan.sleep,
-        files=files,
-        launch_path=plan.launch_file,
-        launch_env=dict(plan.launch_env),
-        server_argv=list(plan.server_argv),
-        plan=plan,
-    )
+    return RenderedInstance(variables[DEVICE_KEY], plan, files)

@@ -247,7 +247,9 @@ def server_plan(instance: Mapping[str, Any], s: Mapping[str, Any], c: Core) -> d
         "kv_cache_tokens": kv_tokens if c.gpu else 0,
         "warmup_argv": (c.warmctl, "warmup", *warmup),
         "relaunch_argv": (c.warmctl, "relaunch", *warmup),
-        "relaunch_check_argv": (c.warmctl, "relaunch", c.target, "--check"),
+        # the launcher's own files named: the check reads only them, whoever runs it (the
+        # unit's ExecReload, the deploy's check as root), whatever the launcher's command says
+        "relaunch_check_argv": (c.warmctl, "relaunch", c.target, "--check", *_own_files(c)),
         "launcher_script": launcher_script(c.venv) if c.launcher else "",
         "as_service_user": tuple(service_user(s)),
         "textfile_dir": str(s["vllm_service_textfile_dir"] or ""),
@@ -255,6 +257,12 @@ def server_plan(instance: Mapping[str, Any], s: Mapping[str, Any], c: Core) -> d
         "cache_dir": str(s["vllm_install_cache_dir"]),
         "summary": summary(instance, c),
     }
+
+
+def _own_files(c: Core) -> tuple[str, ...]:
+    if not c.launcher:
+        return ()
+    return ("--launch-file", c.launch_file, "--state-file", c.launch_state)
 
 
 def summary(instance: Mapping[str, Any], c: Core) -> str:

@@ -4,7 +4,7 @@ clears, and the waker's configuration. `unit_plan()` computes it from the instan
 (warmctl.plan.instance calls it: the `units` field of InstanceFacts); the templates only print it.
 
     units["instance"]["hardening"]   the server unit's sandbox lines
-    units["services"][SERVICE]       one sleep or wake service (a window's, the idle sleep's,
+    units["services"][SERVICE]       one sleep or wake service (a window's, a sleep trigger's,
                                      the request wake's): its argv, flags, conditions, sandbox
     units["waker"]                   the waker unit: argv, limits, sandbox, and `config` (the
                                      JSON file `warmctl waker --config` reads) with its text
@@ -23,6 +23,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from warmctl.plan.roles import truthy
+from warmctl.sleepwake.triggers import kind_of
 
 if TYPE_CHECKING:
     from warmctl.plan.instance import InstanceFacts
@@ -46,6 +47,11 @@ HARDENING: tuple[tuple[str, frozenset[str]], ...] = (
     ("ProtectSystem=strict", ALL),
     ("{paths}", ALL),
     ("PrivateTmp=yes", ALL),
+    # the server's own /dev/shm (vLLM's MessageQueue ring buffers, NCCL's segments): no other
+    # local user fills the tmpfs they need (a SIGBUS mid-request) or reads them, and they go
+    # with the unit, a crash's leftovers too (RemoveIPC= waits for the user's last unit, and the
+    # waker runs as the same user); the other units use no shared memory
+    ("TemporaryFileSystem=/dev/shm:mode=1777,nosuid", frozenset({"instance"})),
     ("ProtectHome=yes", ALL),
     # a GPU host's server sees its GPUs (DevicePolicy=closed + DeviceAllow), every other unit
     # (and a CPU host's server) no device at all
@@ -209,7 +215,8 @@ def _service(
     if s["vllm_service_textfile_dir"] and writes_metrics:
         paths.append(f"ReadWritePaths=-{s['vllm_service_textfile_dir']}")
     cause = str(w.get("cause", "window"))
-    asked = f"idle for {f.idle_after} s" if cause == "idle" else "a request came while asleep"
+    kind = kind_of(w)  # a sleep trigger's (None: a window's or the request wake's)
+    asked = kind.asked.format(**w["settings"]) if kind else "a request came while asleep"
     return {
         "action": action,
         "trigger": trigger,
@@ -217,7 +224,7 @@ def _service(
         "description": f"{action} ({asked}; asked by the waker)"
         if trigger
         else f"{action} ({w.get('name')} window)",
-        "purpose": ("idle sleep" if cause == "idle" else "wake on request") if trigger else "",
+        "purpose": (kind.purpose if kind else "wake on request") if trigger else "",
         "cause": cause,
         "gate_flags": gate_flags(f, w, action),
         "after": _sleeps(f) if trigger and action == "wake" else [],
@@ -233,6 +240,20 @@ def _service(
 
 def _on(s: Mapping[str, Any]) -> bool:
     return truthy(s["vllm_service_hardening"])
+
+
+def _detected(f: InstanceFacts) -> list[dict[str, Any]]:
+    """The instance's sleep triggers, which the waker's detectors watch."""
+    return [t for t in f.triggers if kind_of(t) is not None]
+
+
+def _watched(trigger: Mapping[str, Any]) -> dict[str, Any]:
+    """A trigger in the waker's configuration: its cause, request file and the settings its
+    detector reads."""
+    kind = kind_of(trigger)
+    assert kind is not None
+    settings = {key: trigger["settings"][key] for key in kind.watched}
+    return {"cause": kind.cause, "request_file": trigger["file"], "settings": settings}
 
 
 def waker_config(f: InstanceFacts, s: Mapping[str, Any]) -> dict[str, Any]:
@@ -251,10 +272,9 @@ def waker_config(f: InstanceFacts, s: Mapping[str, Any]) -> dict[str, Any]:
             "warming": f.warming,
             "draining": f.draining,
             "wake_request": f.wake_request,
-            "sleep_request": f.sleep_request,
             "holding": f.holding if f.restart_hold else None,
         },
-        "idle_after": f.idle_after,
+        "triggers": [_watched(t) for t in _detected(f)],
         "hold": f.wake_hold,
         "failed_backoff": f.wake_failed_backoff,
         # vLLM sleep mode: the waker wakes it itself, as the wake service would (~0.2 s, no
@@ -266,10 +286,10 @@ def waker_config(f: InstanceFacts, s: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def activity_log(f: InstanceFacts, s: Mapping[str, Any]) -> list[str]:
-    """The proxy's access-log lines of /v1/ under idle sleep: every request vLLM answered (not the
-    gate's own answers: no upstream) is one syslog datagram to the waker, its idle clock; the
-    host's access log stays. [] without idle sleep."""
-    if not f.idle_after:
+    """The proxy's access-log lines of /v1/ for a sleep trigger that reads it (the idle sleep):
+    every request vLLM answered (not the gate's own answers: no upstream) is one syslog datagram
+    to the waker, its idle clock; the host's access log stays. [] without such a trigger."""
+    if not any(kind.activity for t in f.triggers if (kind := kind_of(t))):
         return []
     host_log = str(s["vllm_proxy_access_log"])
     lines = [f"        access_log {host_log};"] if host_log != "off" else []
@@ -279,12 +299,12 @@ def activity_log(f: InstanceFacts, s: Mapping[str, Any]) -> list[str]:
 
 def _waker_comment(f: InstanceFacts, s: Mapping[str, Any]) -> list[str]:
     """The waker unit's opening comment: what it watches and how it wakes the instance."""
-    idle = (f"after {f.idle_after} s without one and nothing in flight (vLLM /load) it asks for "
-            "the idle sleep; " if f.idle_after else "")  # fmt: skip
+    watches = "".join(kind.watch.format(**t["settings"]) for t in _detected(f)
+                      if (kind := kind_of(t)))  # fmt: skip
     wake = "wakes it itself, as the wake service would" if f.sleep else "asks systemd for one start"
     return [
         f'The waker of vLLM instance "{f.name}" (warmctl waker): the proxy\'s requests end in its',
-        f"access log ({PurePath(f.activity_socket).name}); {idle}while",
+        f"access log ({PurePath(f.activity_socket).name}); {watches}while",
         "the instance sleeps wakable, the proxy holds each request on it "
         f"({PurePath(f.waker_socket).name}, nginx",
         f"auth_request) and {wake} (up to {f.wake_hold} s, then 503). It asks",

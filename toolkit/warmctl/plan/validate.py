@@ -27,8 +27,9 @@ from functools import cache
 from typing import Any
 
 from warmctl.plan.calendar import calendar_error
-from warmctl.plan.instance import InstanceFacts, duration_seconds, instance_facts
+from warmctl.plan.instance import InstanceFacts, instance_facts
 from warmctl.plan.server import FLAGS
+from warmctl.sleepwake.triggers import KINDS, duration_seconds
 
 DEVICE_KEY = "vllm_preflight_device_kind"
 INSTANCES = "vllm_service_instances"
@@ -49,7 +50,6 @@ CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PI
 # integer ranges (low, high or None); keys are variable paths with [] for any item
 RANGES: dict[str, tuple[float, float | None]] = {
     "vllm_service_port": (1, 65535),
-    "vllm_service_instances[].port": (1, 65535),
     "vllm_service_instances[].gpus[]": (0, 1023),
     "vllm_service_cuda_cache_maxsize": (0, None),
     "vllm_service_limit_nofile": (1, None),
@@ -425,7 +425,6 @@ RULES: dict[str, Callable[[Any, str], Iterator[Problem]]] = {
     "vllm_service_instances[].windows[].name": _name,
     "vllm_service_instances[].windows[].sleep": _calendar,
     "vllm_service_instances[].windows[].wake": _calendar,
-    "vllm_service_instances[].idle_sleep.after": _duration,
     "vllm_service_instances[].awake_port": _port,
     "vllm_service_bind": _bind,
     "vllm_service_env": _env,
@@ -440,6 +439,8 @@ RULES: dict[str, Callable[[Any, str], Iterator[Problem]]] = {
     "vllm_proxy_allow": _allow,
     "vllm_proxy_api_keys": _api_keys,
     "vllm_proxy_client_max_body_size": _pattern(NGINX_SIZE, "an nginx size such as 16m"),
+    # the sleep triggers' durations (warmctl.sleepwake.triggers)
+    **{f"{INSTANCES}[].{kind.key}.{d}": _duration for kind in KINDS for d in kind.durations},
 }
 
 
@@ -454,8 +455,8 @@ def _rules(value: Any, path: str, generic: str) -> Iterator[Problem]:
 
 def _between(v: Mapping[str, Any], device: str | None) -> Iterator[Problem]:
     instances = v.get(INSTANCES) or []
-    ports: dict[int, str] = {}
     names: dict[str, int] = {}
+    plans: list[InstanceFacts] = []  # each instance's plan, derived once
     for index, item in enumerate(instances):
         path = f"{INSTANCES}[{index}]"
         name = item["name"]
@@ -463,11 +464,6 @@ def _between(v: Mapping[str, Any], device: str | None) -> Iterator[Problem]:
             right = f"names are unique on a host; {INSTANCES}[{names[name]}] has it too"
             yield Problem(f"{path}.name", f"{show(name)} is used twice", right)
         names.setdefault(name, index)
-        port = _facts(v, item, device or "gpu").port  # the clients' port, as the roles decide it
-        if port in ports:
-            right = f"each instance needs its own port; {ports[port]} uses it"
-            yield Problem(f"{path}.port", f"{port} is used twice", right)
-        ports.setdefault(port, f"{INSTANCES}[{index}]")
         gpus, tp = item.get("gpus"), item.get("tensor_parallel_size")
         if gpus is not None and tp is not None and len(gpus) != tp:
             right = f"gpus must list tensor_parallel_size ({tp}) GPUs"
@@ -488,9 +484,10 @@ def _between(v: Mapping[str, Any], device: str | None) -> Iterator[Problem]:
             if window["sleep"].strip() == window["wake"].strip():
                 right = "the instance would sleep and wake at once: give wake another time"
                 yield Problem(f"{w_path}.wake", "is the same as sleep", right)
-        yield from _wake_on_request(v, item, path, device or "gpu")
+        plans.append(_facts(v, item, device or "gpu"))
+        yield from _wake_on_request(item, path, plans[-1])
+    yield from _listening(v, instances, plans, device)
     if device is not None:
-        yield from _proxy_ports(v, instances, device)
         yield from _cpu_cores(v, instances, device)
     cert, key = v.get("vllm_proxy_tls_cert", ""), v.get("vllm_proxy_tls_key", "")
     if bool(cert) != bool(key):
@@ -499,46 +496,52 @@ def _between(v: Mapping[str, Any], device: str | None) -> Iterator[Problem]:
 
 
 def _facts(v: Mapping[str, Any], item: Mapping[str, Any], device: str) -> InstanceFacts:
-    """The instance's derived facts (proxied, port, upstream), as the templates decide them."""
+    """The instance's plan, as the roles derive it on a host of kind `device`."""
     return instance_facts(item, {**v, "vllm_preflight_device_kind": device})
 
 
-def _wake_on_request(
-    v: Mapping[str, Any], item: Mapping[str, Any], path: str, device: str
-) -> Iterator[Problem]:
-    """Idle sleep and wake on request need the proxy (the door that sees every request and holds
-    them); the awake-only door needs something to be awake or asleep for."""
-    f = _facts(v, item, device)
+def _wake_on_request(item: Mapping[str, Any], path: str, f: InstanceFacts) -> Iterator[Problem]:
+    """Sleep triggers that see the requests (idle sleep) and wake on request need the proxy (the
+    door that sees every request and holds them); the awake-only door needs something to be
+    awake or asleep for."""
     wakes = [i for i, w in enumerate(item.get("windows") or []) if w.get("on_request") == "wake"]
     if not f.proxied:
         right = "they need the proxy (vllm_proxy_enabled true or auto): it sees every request"
-        if "idle_sleep" in item:
-            yield Problem(f"{path}.idle_sleep", "is set without the proxy", right)
+        for kind in KINDS:
+            if kind.needs_proxy and kind.key in item:
+                yield Problem(f"{path}.{kind.key}", "is set without the proxy", right)
         for index in wakes:
             yield Problem(f"{path}.windows[{index}].on_request", "is wake without the proxy", right)
     door = item.get("awake_port")
     if door and f.proxied and not f.wake_on_request:
-        right = "set idle_sleep or a window's on_request: wake (it refuses what would wake it)"
+        keys = " or ".join(kind.key for kind in KINDS if kind.wakeable)
+        right = f"set {keys} or a window's on_request: wake (it refuses what would wake it)"
         yield Problem(f"{path}.awake_port", "is set, but no request wakes the instance", right)
-    if door and door in (f.port, f.upstream):
-        yield Problem(f"{path}.awake_port", f"is {door}, the instance's own port", "another port")
 
 
-def _proxy_ports(v: Mapping[str, Any], instances: list[Any], device: str) -> Iterator[Problem]:
-    facts = [_facts(v, item, device) for item in instances]
-    public = [f.port for f in facts]
-    for index, f in enumerate(facts):
-        if not f.proxied:
-            continue
-        upstream = f.upstream
-        path = f"{INSTANCES}[{index}].port"
-        if upstream > 65535:
-            right = "port + vllm_proxy_upstream_port_offset must be 65535 or less"
-            yield Problem(path, f"behind the proxy vLLM would listen on {upstream}", right)
-        elif upstream in public:
-            right = "change a port or vllm_proxy_upstream_port_offset"
-            what = f"behind the proxy vLLM listens on 127.0.0.1:{upstream}, another instance's port"
-            yield Problem(path, what, right)
+def _listening(
+    v: Mapping[str, Any], instances: list[Any], plans: list[InstanceFacts], device: str | None
+) -> Iterator[Problem]:
+    """Every TCP port the host's instances listen on (their plan's `listens`: the clients' port,
+    vLLM's behind the proxy, the awake-only door) is a port, and one process's. `plans`: their
+    plans on a GPU host, or the preflight's kind; before preflight (no device kind) only the ports
+    an instance has on either kind of host are checked."""
+    taken: dict[int, str] = {}
+    for index, (item, plan) in enumerate(zip(instances, plans, strict=True)):
+        doors = plan.listens
+        if device is None:
+            doors = tuple(d for d in doors if d in _facts(v, item, "cpu").listens)
+        for door in doors:
+            path = f"{INSTANCES}[{index}].{door.key}"
+            what = f"{door.who} would listen on {door.number}" if door.who else f"is {door.number}"
+            if not 1 <= door.number <= 65535:
+                yield Problem(path, what, "a TCP port, 1-65535")
+            elif door.number in taken:
+                what = f"{door.who} listens on {door.number}" if door.who else f"{door.number}"
+                right = f"each port is one process's; {taken[door.number]} listens on it"
+                yield Problem(path, f"{what} is used twice", right)
+            else:
+                taken[door.number] = f"{door.who} of {INSTANCES}[{index}]" if door.who else path
 
 
 def _cpu_cores(v: Mapping[str, Any], instances: list[Any], device: str) -> Iterator[Problem]:

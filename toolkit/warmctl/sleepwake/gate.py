@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 
 from warmctl.errors import WarmctlError
 from warmctl.host import safefs
+from warmctl.sleepwake.triggers import KINDS
 
 T = TypeVar("T")
 
@@ -58,13 +59,15 @@ T = TypeVar("T")
 VERIFY_HEADER = "X-Warmctl-Verify"
 
 # -- the flags and their precedence ------------------------------------------------------------
-# why a sleep or a wake happened: its window's timer, the waker (idle sleep, a request that
-# reached the instance asleep) or a person; the commands' --cause, the flag's text, the metrics
-CAUSES = ("window", "idle", "request", "manual")
+# why a sleep or a wake happened: its window's timer, a sleep trigger's detector in the waker
+# (warmctl.sleepwake.triggers), a request that reached the instance asleep, or a person; the
+# commands' --cause, the flag's text, the metrics
+CAUSES = ("window", *(kind.cause for kind in KINDS), "request", "manual")
 CLOSED, WAKEABLE, HOLDING = "closed", "wakeable", "holding"
 WARMING, DRAINING = "warming", "draining"
-# the waker's two asks to systemd (path units), beside the flags
-WAKE_REQUEST, SLEEP_REQUEST = "wake-request", "sleep-request"
+# the waker's asks to systemd (path units), beside the flags: a wake on request, and each
+# trigger's own (its kind's `request`)
+WAKE_REQUEST = "wake-request"
 # the waker's sockets beside them: its HTTP door (nginx's auth_request), nginx's access log
 WAKER_SOCKET, ACTIVITY_SOCKET = "waker.sock", "activity.sock"
 
@@ -101,14 +104,16 @@ class GateFiles:
     def lock(self) -> Path:
         return Path(self.gate_dir) / f".{self.name}.lock"
 
-    def flags(self, holding: bool = True, sleep_request: bool = True) -> Flags:
+    def flags(self, holding: bool = True, asks: bool = True) -> Flags:
+        """The flags, with every sleep trigger's request file (`asks`) and the holding flag."""
+        sleeps = [kind.request for kind in KINDS if kind.action == "sleep"] if asks else []
         return Flags(
             wakeable=self.path(WAKEABLE),
             closed=self.path(CLOSED),
             warming=self.path(WARMING),
             draining=self.path(DRAINING),
             wake_request=self.path(WAKE_REQUEST),
-            sleep_request=self.path(SLEEP_REQUEST) if sleep_request else None,
+            asks=tuple(self.path(suffix) for suffix in sleeps),
             holding=self.path(HOLDING) if holding else None,
         )
 
@@ -122,7 +127,8 @@ class Flags:
     warming: Path
     draining: Path
     wake_request: Path  # the waker asks systemd for a wake (vllm-NAME-wake-request.path)
-    sleep_request: Path | None  # ... for an idle sleep (None: no idle sleep)
+    # the sleep triggers' request files: a sleep asked for (vllm-NAME-sleep-CAUSE.path)
+    asks: tuple[Path, ...] = ()
     # None: restarts are not held (behind a load balancer, or the waker has no --holding)
     holding: Path | None = None
 
@@ -132,8 +138,7 @@ class Flags:
 
     def paths(self) -> list[Path]:
         every = (self.wakeable, self.closed, self.warming, self.draining, self.wake_request)
-        optional = [p for p in (self.sleep_request, self.holding) if p is not None]
-        return [*every, *optional]
+        return [*every, *self.asks, *([self.holding] if self.holding is not None else [])]
 
     def strongest(self, hold_max_age: float | None = None) -> FlagKind | None:
         """The first of the flags that exists, in `FLAGS`' order (a holding flag older than
@@ -168,8 +173,7 @@ class Flags:
 
     def awake(self) -> bool:
         """Serving, and nothing is about to change that: no flag, no sleep asked for."""
-        asked = self.sleep_request is not None and self.sleep_request.exists()
-        return self.strongest() is None and not asked
+        return self.strongest() is None and not any(p.exists() for p in self.asks)
 
 
 # -- reading a flag ----------------------------------------------------------------------------

@@ -82,6 +82,8 @@ def snippet(
     to be merged by hand; whether it sleeps)."""
     import yaml
 
+    from warmctl.plan.inventory import instance_entry
+
     out: dict[str, dict[str, Any]] = {}
     for p in proposals:
         host, name, instances, _ = hosts[p.target]
@@ -95,8 +97,7 @@ def snippet(
                     inst.update(instance_changes(p, inst))
         else:
             current = entry.setdefault("vllm_service_instances", [])
-            port = int(name) if name.isdigit() else name
-            current.append({"name": f"port-{name}", "port": port, **instance_changes(p)})
+            current.append({**instance_entry(name), **instance_changes(p)})
     # plain types: the inventory's strings are Ansible's own str subclasses
     plain = json.loads(json.dumps({"all": {"hosts": out}}))
     body = yaml.safe_dump(plain, sort_keys=False, default_flow_style=None)

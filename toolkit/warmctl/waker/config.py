@@ -11,6 +11,8 @@ from typing import Any
 from warmctl.errors import WarmctlError
 from warmctl.server.target import parse_target
 from warmctl.sleepwake.gate import Flags
+from warmctl.sleepwake.triggers import BY_CAUSE
+from warmctl.waker.detector import Trigger, detector_class
 from warmctl.waker.service import WakerConfig
 from warmctl.waker.wakehere import WakeHere
 
@@ -26,7 +28,7 @@ KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "socket_group": (_MAYBE, False),
     "max_connections": ((int,), False),
     "flags": ((dict,), True),
-    "idle_after": (_NUMBER, False),
+    "triggers": ((list,), False),
     "hold": (_NUMBER, False),
     "failed_backoff": (_NUMBER, False),
     "wake_here": ((bool,), False),
@@ -39,14 +41,19 @@ FLAG_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
     "warming": (_PATH, True),
     "draining": (_PATH, True),
     "wake_request": (_PATH, True),
-    "sleep_request": (_MAYBE, False),
     "holding": (_MAYBE, False),
+}
+# one of `triggers`: a sleep trigger's detector (warmctl.sleepwake.triggers, by its cause)
+TRIGGER_KEYS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "cause": (_PATH, True),
+    "request_file": (_PATH, True),
+    "settings": ((dict,), True),
 }
 _JSON_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
                dict: "an object", list: "a list", type(None): "null"}  # fmt: skip
 # the lowest value of each number (the command's options had the same bounds)
-MINIMA = {"max_connections": 1, "idle_after": 0, "hold": 0.1, "failed_backoff": 0}
-DEFAULTS = {"max_connections": 1024, "idle_after": 0.0, "hold": 120.0, "failed_backoff": 30.0}
+MINIMA = {"max_connections": 1, "hold": 0.1, "failed_backoff": 0}
+DEFAULTS = {"max_connections": 1024, "hold": 120.0, "failed_backoff": 30.0}
 
 
 def _problems(
@@ -89,6 +96,35 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
+def _trigger(item: Any, where: str) -> tuple[list[str], Trigger | None]:
+    """One of `triggers`: its problems, or the trigger."""
+    if not isinstance(item, dict):
+        return [f"{where}: {_JSON_NAMES.get(type(item), type(item).__name__)} where an object "
+                "goes"], None  # fmt: skip
+    problems = _problems(item, TRIGGER_KEYS, f"{where}.")
+    if problems:
+        return problems, None
+    kind = BY_CAUSE.get(item["cause"])
+    if kind is None:
+        known = ", ".join(BY_CAUSE)
+        return [f"{where}.cause: {item['cause']!r} is no sleep trigger's (one of {known})"], None
+    problems = detector_class(kind).problems(item["settings"])
+    if problems:
+        return [f"{where}.settings.{p}" for p in problems], None
+    return [], Trigger(kind, Path(item["request_file"]), item["settings"])
+
+
+def _triggers(items: Any) -> tuple[list[str], list[Trigger]]:
+    """Every problem of `triggers`, or the triggers."""
+    problems: list[str] = []
+    triggers: list[Trigger] = []
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        found, trigger = _trigger(item, f"triggers[{index}]")
+        problems += found
+        triggers += [trigger] if trigger is not None else []
+    return problems, triggers
+
+
 def _wake(data: dict[str, Any], flags: dict[str, Any]) -> WakeHere | None:
     """The waker's own wake (vLLM sleep mode: `wake_here`), as the wake service runs it
     (`warmctl wake TARGET --gate CLOSED --gate WAKEABLE --cause request`); None: a wake is
@@ -111,6 +147,8 @@ def load_config(path: Path) -> WakerConfig:
     flags = data.get("flags")
     if isinstance(flags, dict):
         problems += _problems(flags, FLAG_KEYS, "flags.")
+    found, triggers = _triggers(data.get("triggers"))
+    problems += found
     if not problems and data.get("output_check") and not data.get("wake_here"):
         problems.append("output_check goes with wake_here")
     if not problems:
@@ -139,11 +177,11 @@ def load_config(path: Path) -> WakerConfig:
             warming=Path(flags["warming"]),
             draining=Path(flags["draining"]),
             wake_request=Path(flags["wake_request"]),
-            sleep_request=optional(flags.get("sleep_request")),
+            asks=tuple(t.request for t in triggers if t.kind.action == "sleep"),
             holding=optional(flags.get("holding")),
         ),
         target=data["target"],
-        idle_after=float(values["idle_after"]),
+        triggers=tuple(triggers),
         hold=float(values["hold"]),
         failed_backoff=float(values["failed_backoff"]),
         textfile_dir=data.get("textfile_dir") or None,

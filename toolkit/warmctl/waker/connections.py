@@ -14,7 +14,8 @@ traceback per accept.
 
 A storm is counted, not logged per connection: one line when it has been quiet for `QUIET_S`
 seconds (how many connections, how many idle ones closed, how many refused, how long), and one
-a minute while it goes on.
+a minute while it goes on; every event also counts in the waker's metrics
+(warmctl_waker_past_bound_connections_total).
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ class Storm:
         bound: int,
         log: Callable[[str], None] = warning_line,
         clock: Callable[[], float] = time.monotonic,
+        count: Callable[[str], None] | None = None,
     ) -> None:
         self.name, self.bound, self.log, self.clock = name, bound, log, clock
+        self.count = count  # each event, as it comes (the metrics)
         self.counts: Counter[str] = Counter()
         self.began: float | None = None  # this storm's first event (or the last line's)
         self.last = 0.0
@@ -56,6 +59,8 @@ class Storm:
         connection held a request), "descriptors" (accept() found no descriptor)."""
         now = self.clock()
         self.counts[kind] += 1
+        if self.count is not None:
+            self.count(kind)
         self.last = now
         if self.began is None:
             self.began = now

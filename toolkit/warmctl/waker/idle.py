@@ -1,11 +1,13 @@
-"""Idle sleep: ask for a sleep once the instance served nothing for `idle_after` seconds.
+"""Idle sleep's detector (the trigger kind `idle_sleep`, warmctl.sleepwake.triggers): ask for a
+sleep once the instance served nothing for `idle_after` seconds (its setting `after`).
 
 Idle means, as the proxy sees it: no request of the instance's /v1/ location finished for that
 long, and none is in flight now.
 
 - Finished: nginx writes the access log line of every /v1/ request vLLM answered (`if=
   $upstream_addr`: not the 401s nor the gate's own 503s) to the activity socket as a syslog
-  datagram (`access_log syslog:server=unix:...`); each datagram is activity. /health and /metrics
+  datagram (`access_log syslog:server=unix:...`); each datagram is activity
+  (warmctl.waker.detector.Activity). /health and /metrics
   polls are not logged there, so a load balancer's or Prometheus' polls keep nobody awake.
 - In flight: a stream that lasts longer than `idle_after` has no log line yet, so before asking
   for a sleep the waker reads vLLM's `/load` (the unit passes `--enable-server-load-tracking`:
@@ -22,79 +24,47 @@ that comes in the moment the sleep is asked for is drained, not cut.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from warmctl.errors import WarmctlError
-from warmctl.sleepwake.gate import Flags, ask
+from warmctl.sleepwake.gate import ask
 from warmctl.terminal.output import error_line, info_line, warning_line
-from warmctl.waker.metrics import WakerMetrics
-
-
-class Activity:
-    """The activity socket: every datagram is one request the proxy passed to vLLM.
-
-    Read in bursts: once it is readable, every datagram waiting is read, the activity noted
-    once, and the socket left alone for `pause` seconds. A busy instance then costs the waker a
-    few wake-ups a second, not one per request (its CPU is the engine's host's); what the kernel
-    drops meanwhile (a full queue: net.unix.max_dgram_qlen) only tells what is already known,
-    and nginx drops it without a word (its syslog socket is non-blocking)."""
-
-    def __init__(
-        self, sock: socket.socket, on_activity: Callable[[int], None], pause: float
-    ) -> None:
-        self.sock, self.on_activity, self.pause = sock, on_activity, pause
-        self.loop = asyncio.get_running_loop()
-        self._later: asyncio.TimerHandle | None = None
-        self.loop.add_reader(sock.fileno(), self._ready)
-
-    def _ready(self) -> None:
-        count = 0
-        while True:
-            try:
-                self.sock.recv(65536)
-            except OSError:  # BlockingIOError: nothing more waiting
-                break
-            count += 1
-        if count:
-            self.on_activity(count)
-        self.loop.remove_reader(self.sock.fileno())
-        self._later = self.loop.call_later(
-            self.pause, self.loop.add_reader, self.sock.fileno(), self._ready
-        )
-
-    def close(self) -> None:
-        if self._later is not None:
-            self._later.cancel()
-        self.loop.remove_reader(self.sock.fileno())
-        self.sock.close()
+from warmctl.waker.detector import Watch
 
 
 class IdleWatch:
-    def __init__(
-        self,
-        name: str,
-        flags: Flags,
-        idle_after: float,
-        load: Callable[[], int | None],
-        metrics: WakerMetrics,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if flags.sleep_request is None:
-            raise ValueError("idle sleep needs the sleep-request file")
-        self.name, self.flags, self.idle_after, self.load = name, flags, idle_after, load
-        self.metrics, self.clock = metrics, clock
-        self.sleep_request = flags.sleep_request
+    """The idle sleep's detector (warmctl.waker.detector.Detector)."""
+
+    def __init__(self, watch: Watch, clock: Callable[[], float] = time.monotonic) -> None:
+        self.name, self.flags, self.load = watch.name, watch.flags, watch.load
+        self.idle_after = float(watch.settings["after"])
+        self.metrics, self.clock = watch.metrics, clock
+        self.sleep_request = watch.request
         self.last = clock()  # the last activity (or when the instance became awake)
         self.activities = 0  # datagrams read
         self.asleep = False  # not awake at the last look
         self.load_problem: str | None = None  # why /load did not answer (said once)
         # how often the flags are looked at: a wake is seen within a second (a tenth of a
         # short idle_after), so the idle clock starts again from it
-        self.interval = min(1.0, max(0.02, idle_after / 10))
+        self.interval = min(1.0, max(0.02, self.idle_after / 10))
         # how long the activity socket is left alone after a read (Activity)
-        self.pause = min(0.25, idle_after / 20)
+        self.pause = min(0.25, self.idle_after / 20)
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any]) -> list[str]:
+        after = settings.get("after")
+        if isinstance(after, bool) or not isinstance(after, (int, float)) or after <= 0:
+            return [f"after: {after!r} where a number of seconds above 0 goes"]
+        return []
+
+    def state(self) -> dict[str, Any]:
+        return {"idle_s": round(self.clock() - self.last, 3), "idle_after": self.idle_after,
+                "activities": self.activities}  # fmt: skip
+
+    def summary(self) -> str:
+        return f"idle sleep after {self.idle_after:g} s"
 
     def activity(self, count: int = 1) -> None:
         self.last = self.clock()

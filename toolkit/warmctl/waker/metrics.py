@@ -32,6 +32,8 @@ OUTCOMES = ("woke", "failed", "timeout", "refused", "gone")
 RELAUNCH_OUTCOMES = ("relaunched", "relaunch-failed", "relaunch-timeout")
 # why a wake the waker asked for failed
 FAILURES = ("failed", "timeout", "ask")
+# what the door's bound did to a connection past it (warmctl.waker.connections.Storm)
+PAST_BOUND = ("idle", "refused", "descriptors")
 # a GPU wake is under a second to seconds, a CPU one a start + warmup (minutes)
 HOLD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -50,6 +52,10 @@ METRICS: dict[str, str] = {
     "warmctl_waker_idle_sleeps_asked_total": "Idle sleeps the waker asked for.",
     "warmctl_waker_last_activity_timestamp_seconds": "When the proxy last told the waker of a "
     "request vLLM answered (Unix time; 0: none since the waker started).",
+    "warmctl_waker_past_bound_connections_total": "Connections past the door's bound of "
+    "connections (a storm), by what the bound did (idle: an idle connection closed to make "
+    "room; refused: every connection held a request, nginx answered 503; descriptors: accept() "
+    "found no free descriptor).",
 }
 
 
@@ -115,12 +121,20 @@ class WakerMetrics:
             doc("warmctl_waker_last_activity_timestamp_seconds"),
             registry=r,
         )
+        self.past_bound = Counter(
+            "warmctl_waker_past_bound_connections",
+            doc("warmctl_waker_past_bound_connections_total"),
+            ["what"],
+            registry=r,
+        )
         # every series from the start: rate() and alerts see 0, not none
         for outcome in OUTCOMES + RELAUNCH_OUTCOMES:
             self.held.labels(outcome)
             self.hold_seconds.labels(outcome)
         for reason in FAILURES:
             self.failed_wakes.labels(reason)
+        for what in PAST_BOUND:
+            self.past_bound.labels(what)
         self._dirty = asyncio.Event()
         self._model = ""
         self.write_error: str | None = None
@@ -129,6 +143,10 @@ class WakerMetrics:
     def held_one(self, outcome: str, seconds: float) -> None:
         self.held.labels(outcome).inc()
         self.hold_seconds.labels(outcome).observe(seconds)
+        self.changed()
+
+    def connection_past_bound(self, what: str) -> None:
+        self.past_bound.labels(what).inc()
         self.changed()
 
     def activity(self) -> None:

@@ -1,7 +1,7 @@
 """`warmctl waker`'s run: the options checked (nothing bound or written before), the two sockets
 bound in the gate folder (reachable by nginx's group and the service user only), the
-descriptors sized to the door's bound, the hold, the idle watch and the metrics writer run
-until SIGTERM."""
+descriptors sized to the door's bound, the hold, the sleep triggers' detectors and the metrics
+writer run until SIGTERM."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from warmctl.errors import WarmctlError
 from warmctl.sleepwake.gate import Flags
 from warmctl.terminal.output import info_line
 from warmctl.waker.connections import Connections, Door, Storm
+from warmctl.waker.detector import Activity, Detector, Trigger, Watch, detector_class
 from warmctl.waker.hold import Hold
 from warmctl.waker.http import handler
-from warmctl.waker.idle import Activity, IdleWatch
 from warmctl.waker.metrics import WakerMetrics
 from warmctl.waker.wakehere import WakeHere
 
@@ -42,10 +42,10 @@ FD_RESERVE = Door.CLOSING_MAX + 128
 class WakerConfig:
     name: str  # the instance (log lines, metrics)
     socket: Path  # the hold's HTTP socket (nginx's auth_request)
-    activity_socket: Path | None  # nginx's access-log datagrams (None: no idle sleep)
+    activity_socket: Path | None  # nginx's access-log datagrams (None: no trigger reads them)
     flags: Flags
     target: str  # HOST:PORT of vLLM on this host (its /load)
-    idle_after: float  # 0: no idle sleep
+    triggers: tuple[Trigger, ...]  # the sleep triggers its detectors watch (none: ())
     hold: float
     failed_backoff: float
     textfile_dir: str | None
@@ -95,12 +95,14 @@ def check(cfg: WakerConfig) -> None:
     problems: list[str] = []
     if cfg.socket_group is not None and (why := _group_problem(cfg.socket_group)):
         problems.append(why)
-    if cfg.idle_after > 0 and (cfg.activity_socket is None or cfg.flags.sleep_request is None):
-        problems.append("idle_after needs activity_socket and flags.sleep_request")
+    for trigger in cfg.triggers:
+        if trigger.kind.activity and cfg.activity_socket is None:
+            problems.append(f"the {trigger.kind.cause} trigger needs activity_socket")
     sockets = [(cfg.socket, socket.SOCK_STREAM, "socket")]
     if cfg.activity_socket is not None:
         sockets.append((cfg.activity_socket, socket.SOCK_DGRAM, "activity_socket"))
-    files = cfg.flags.paths() + [s for s, _, _ in sockets]
+    wakes = [t.request for t in cfg.triggers if t.request not in cfg.flags.asks]
+    files = cfg.flags.paths() + wakes + [s for s, _, _ in sockets]
     if len({p.resolve() for p in files}) != len(files):
         problems.append("the flag, request and socket paths must all differ")
     missing = sorted({str(p.parent) for p in files if not p.parent.is_dir()})
@@ -208,6 +210,29 @@ def _serving_probe(target: str) -> Any:
     return serving
 
 
+def _detectors(cfg: WakerConfig, metrics: WakerMetrics) -> list[tuple[Trigger, Detector]]:
+    """Each sleep trigger with its detector (warmctl.waker.detector), built from its kind."""
+    if not cfg.triggers:
+        return []
+    load = _load_reader(cfg.target)
+    watches = [Watch(cfg.name, cfg.flags, t.request, t.settings, load, metrics)
+               for t in cfg.triggers]  # fmt: skip
+    return [(t, detector_class(t.kind)(w)) for t, w in zip(cfg.triggers, watches, strict=True)]
+
+
+def _activity(cfg: WakerConfig, readers: list[Detector], gid: int | None) -> Activity | None:
+    """The activity socket bound, its datagrams noted by the detectors that read them."""
+    if not readers or cfg.activity_socket is None:
+        return None
+
+    def noted(count: int) -> None:
+        for reader in readers:
+            reader.activity(count)
+
+    dgram = _bind(cfg.activity_socket, socket.SOCK_DGRAM, gid)
+    return Activity(dgram, noted, min(reader.pause for reader in readers))
+
+
 async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
     """Run until SIGTERM/SIGINT (or `stop` is set)."""
     loop = asyncio.get_running_loop()
@@ -224,23 +249,19 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
     hold = Hold(cfg.name, cfg.flags, cfg.hold, cfg.failed_backoff, metrics,
                 on_asked=local.start if local is not None else None,
                 serving=_serving_probe(cfg.target) if cfg.flags.holding else None)  # fmt: skip
-    idle: IdleWatch | None = None
-    if cfg.idle_after > 0:
-        idle = IdleWatch(cfg.name, cfg.flags, cfg.idle_after, _load_reader(cfg.target), metrics)
+    detectors = _detectors(cfg, metrics)
     started = time.time()
 
     def state() -> dict[str, Any]:
         out: dict[str, Any] = {"instance": cfg.name, "started": started, **hold.state()}
         out["awake"] = cfg.flags.awake()
-        if idle is not None:
-            out["idle_s"] = round(time.monotonic() - idle.last, 3)
-            out["idle_after"] = cfg.idle_after
-            out["activities"] = idle.activities
+        for _, detector in detectors:
+            out.update(detector.state())
         return out
 
     gid = group_id(cfg.socket_group) if cfg.socket_group is not None else None
     bound = fit_descriptors(cfg.name, cfg.max_connections)
-    storm = Storm(cfg.name, bound)
+    storm = Storm(cfg.name, bound, count=metrics.connection_past_bound)
     connections = Connections(bound, storm)
 
     def door_state() -> dict[str, Any]:
@@ -253,15 +274,13 @@ async def serve(cfg: WakerConfig, stop: asyncio.Event | None = None) -> None:
                 handler(hold, door_state, connections))  # fmt: skip
     door.start()
     try:
-        if idle is not None and cfg.activity_socket is not None:
-            dgram = _bind(cfg.activity_socket, socket.SOCK_DGRAM, gid)
-            activity = Activity(dgram, idle.activity, idle.pause)
-            tasks.append(asyncio.create_task(idle.run()))
+        activity = _activity(cfg, [d for t, d in detectors if t.kind.activity], gid)
+        tasks += [asyncio.create_task(detector.run()) for _, detector in detectors]
         tasks.append(asyncio.create_task(metrics.writer()))
-        idle_text = f"idle sleep after {cfg.idle_after:g} s" if idle else "no idle sleep"
+        watching = ", ".join(detector.summary() for _, detector in detectors)
         info_line(
             f"{cfg.name}: waker listening on {cfg.socket} (hold up to {cfg.hold:g} s, at most "
-            f"{bound} connections, {idle_text}; vLLM at {cfg.target})"
+            f"{bound} connections, {watching or 'no sleep trigger'}; vLLM at {cfg.target})"
         )
         _notify_ready()
         await stop.wait()

@@ -133,10 +133,16 @@ def crossed(parameter: str, rev: str = "", repo: Path = ROOT) -> list[str]:
     pattern = re.compile("|".join(READ.format(n=re.escape(n)) for n in names), re.M)
     jinja = re.compile("|".join(JINJA.format(n=re.escape(n)) for n in names), re.M)
     elsewhere = {**PROCESS, **ELSEWHERE.get(parameter, {})}
-    listing = _git(repo, "ls-tree", "-r", "--name-only", rev or "HEAD", "--", *PRODUCT)
+    if rev:
+        listing = _git(repo, "ls-tree", "-r", "--name-only", rev, "--", *PRODUCT)
+    else:  # the working tree: its files, committed or not (not those git ignores)
+        listing = _git(repo, "ls-files", "--cached", "--others", "--exclude-standard", "--",
+                       *PRODUCT)  # fmt: skip
     hits = []
-    for path in listing.splitlines():
+    for path in sorted(set(listing.splitlines())):
         if not path.endswith(SOURCES) or any(path.startswith(p) for p in elsewhere):
+            continue
+        if not rev and not (repo / path).is_file():  # removed, not yet committed
             continue
         text = _git(repo, "show", f"{rev}:{path}") if rev else (repo / path).read_text()
         code = code_of(path, text)

@@ -1,5 +1,6 @@
 """A systemctl for the roles' reload-vs-restart test on a machine without systemd: `show` says
-each unit's state (FAKE_SYSTEMD: a JSON file, unit -> MainPID; a live pid is `active`),
+each unit's state (FAKE_SYSTEMD: a JSON file, unit -> MainPID and its unit file; a live pid is
+`active`; CanReload when the file has ExecReload=),
 `reload` runs the unit file's ExecReload= lines in order as systemd would ($MAINPID substituted,
 `-` ignores a failure, `+` runs as is, the first other failure fails the reload), every other
 command is recorded and answered 0. Every call is appended to FAKE_SYSTEMD's `.log`."""
@@ -26,16 +27,21 @@ def _alive(pid: int) -> bool:
 def main(argv: list[str]) -> int:
     state = Path(os.environ["FAKE_SYSTEMD"])
     units = json.loads(state.read_text())
-    args = [a.strip("'") for a in argv]
+    # the verb and the unit; options (--property=...) and `--` are not recorded
+    args = [a.strip("'") for a in argv if not a.startswith("-")]
     with open(f"{state}.log", "a") as log:
         log.write(" ".join(args) + "\n")
     if not args:
         return 0
     if args[0] == "show":
-        pid = int(units.get(args[1], {}).get("MainPID", 0))
+        unit = units.get(args[1], {})
+        pid = int(unit.get("MainPID", 0))
         active = "active" if pid and _alive(pid) else "inactive"
         main = pid if active == "active" else 0
-        print(f"Id={args[1]}\nLoadState=loaded\nActiveState={active}\nMainPID={main}")
+        reloads = "path" in unit and bool(unit_values(Path(unit["path"]).read_text(), "Service",
+                                                      "ExecReload"))  # fmt: skip
+        print(f"Id={args[1]}\nLoadState=loaded\nActiveState={active}\nMainPID={main}\n"
+              f"CanReload={'yes' if reloads else 'no'}")  # fmt: skip
         return 0
     if args[0] == "reload":
         unit = units[args[1]]

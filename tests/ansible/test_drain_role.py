@@ -125,7 +125,7 @@ def test_the_restart_handler_drains_then_restarts(tmp_path, vllm_double):
     assert proc.returncode != 0
     assert out.count("drained in") == 1, out[-3000:]  # by the handler only
     drained = out.index(f"127.0.0.1:{vllm_double.port}: drained in")
-    restart = out.index("vllm_service : Restart them")
+    restart = out.index("vllm_service : Restart each instance")
     assert drained < restart, out[-3000:]
     assert "failed=1" in out[restart:]
     assert (tmp_path / "gate" / "a.draining").exists()
@@ -207,7 +207,7 @@ def test_a_single_hosts_restart_holds_then_releases_even_when_it_fails(tmp_path,
     said = " ".join(out.split())  # the play's output wraps long lines
     assert "drained in" in said and f"gate {gate}/a.holding closed" in said, out[-3000:]
     released = out.index("Release the requests held across the restart")
-    assert out.index("vllm_service : Restart them") < released, out[-3000:]
+    assert out.index("vllm_service : Restart each instance") < released, out[-3000:]
     assert sorted(p.name for p in gate.iterdir()) == ["a.waker.sock"]
-    failed = out[out.index("Fail the host if a check, reload or restart failed") :]
+    failed = out[out.index("Fail the host if a reload or restart failed") :]
     assert "System has not been booted with systemd" in failed, failed[:2000]  # its reason

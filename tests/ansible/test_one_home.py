@@ -92,10 +92,10 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
         "the facts' port",
     ),
 ]
-# the templates of an instance's unit, env and launch files, and the names they share: they print
-# the plan's fields
+# the templates of an instance's unit and env file, the plan's documents (the launch file), and the
+# names they share: they print the plan's fields
 PLAN_TEMPLATES = ("vllm-common.j2", "vllm-instance.service.j2", "vllm-instance.env.j2",
-                  "vllm-instance.launch.j2")  # fmt: skip
+                  "vllm-document.j2")  # fmt: skip
 PLAN_RULES: list[tuple[str, re.Pattern[str], str]] = [
     ("list built", re.compile(r"\{%-?\s*set\s+\w+\s*=[^%]*\+"), "a plan field (serverplan)"),
     ("default", re.compile(r"\|\s*default\("), "the plan (it has every default)"),

@@ -29,12 +29,13 @@ SECURITY = REPO / "docs" / "SECURITY.md"
 TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
 EXEC = re.compile(r"^Exec(Condition|StartPre|Start|StartPost|Reload|Stop|StopPost)$")
 WATCH = ("PathExists", "PathExistsGlob", "PathChanged", "PathModified", "DirectoryNotEmpty")
-# a role's task on a service user's path: the variables that name one, and `warmctl relaunch`
-# (its check argv names the launcher's state file in the unit's runtime folder)
+# a role's task on a service user's path: the variables that name one, `warmctl relaunch` (its
+# check argv names the launcher's state file in the unit's runtime folder) and `warmctl restart`
+# (its --reload runs that check)
 ROLE_PATHS = re.compile(
     r"gate_dir|\.(draining|warming|wakeable|gate|closed)\b|wake_request|sleep_request|"
     r"waker_socket|activity_socket|textfile|cache_dir|install_home|launch_state|runtime_dir|"
-    r"relaunch_check_argv|outputs|\bmodel\b|^\s*- relaunch$",
+    r"relaunch_check_argv|restart_argv|outputs|\bmodel\b|^\s*- relaunch$",
     re.MULTILINE,
 )
 

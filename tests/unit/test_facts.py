@@ -40,7 +40,7 @@ def test_launcher_auto_is_on_for_gpu_hosts_off_for_cpu_hosts(kind, on):
         assert (f.launch_file, f.runtime_dir, f.launch_state) == (
             ("/etc/vllm/a.launch", "vllm-a", "/run/vllm-a/launcher.json") if on else ("", "", "")
         )
-        launch = [p for p in f.files if p["template"] == "vllm-instance.launch.j2"]
+        launch = [p for p in f.files if p["path"].endswith(".launch")]
         assert [p["path"] for p in launch] == ([f.launch_file] if on else [])
     assert instance_facts(
         {"name": "a", "launcher": True}, {"vllm_preflight_device_kind": "cpu"}

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sleep": ("sleep", "Drain in-flight requests, then put a server to sleep."),
     "drain": ("drain", "Take an instance out of rotation: close its gate, let requests finish."),
     "relaunch": ("relaunch", "Replace a launcher-run server from its imported vLLM, then warm it."),
+    "restart": ("restart", "Restart an instance's unit, or reload it where that applies a change."),
     "wake": ("wake", "Wake a sleeping server (reloading weights after level 2), then warm it."),
     "verify": ("verify", "Measure first-request vs steady TTFT and decode speed; PASS/FAIL."),
     "waker": ("waker", "Idle sleep and wake on request for one proxied instance (long-running)."),

@@ -60,6 +60,15 @@ class LauncherFiles:
     state_file: str | None
 
 
+def own_files(config_dir: str, name: str) -> LauncherFiles:
+    """The launch and state files the plan gives instance `name` (warmctl.plan.instance.
+    launcher_paths): what root expects that instance's running launcher to name."""
+    from warmctl.plan.instance import launcher_paths
+
+    paths = launcher_paths(config_dir, name)
+    return LauncherFiles(None, paths["launch_file"], paths["launch_state"])
+
+
 @dataclass(frozen=True)
 class Checked:
     """A launcher that can apply its launch file by a relaunch."""

@@ -58,6 +58,7 @@ path) is warmctl.plan.server's part of it. Every variable it reads is in SETTING
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -128,6 +129,9 @@ ON_REQUEST = ("refuse", "wake")  # what a request does to a sleeping instance (w
 # says: a GPU wake is a /wake_up (under a second, seconds at level 2), a CPU one a start + warmup
 WAKE_HOLD = {"gpu": 120, "cpu": 600}
 ACTIONS = ("sleep", "wake")  # a window's two timers and services
+LAUNCHER_PATHS = ("launch_file", "runtime_dir", "launch_state")  # launcher_paths()
+# the template of a file whose whole text the plan computes (its `documents`): it prints it
+DOCUMENT = "vllm-document.j2"
 _LOOPBACK_BINDS = ("0.0.0.0", "::", "127.0.0.1", "localhost")
 
 
@@ -158,6 +162,7 @@ class InstanceFacts:
     warmctl: str  # the host's warmctl (the warmup, the windows, the drain)
     python: str  # vLLM's interpreter: vllm_install_vllm_python, else the role's venv's
     unit: str
+    config_dir: str  # vllm_service_config_dir: the env, launch and waker files
     gate_dir: str
     gate: str  # flag files of the proxy's gate (warmctl.sleepwake.gate): asleep
     draining: str  # out of rotation for a restart
@@ -191,12 +196,17 @@ class InstanceFacts:
     exec_argv: tuple[str, ...]  # the unit's ExecStart
     launch_args: tuple[str, ...]  # the launch file's argv (() without the launcher)
     launch_env: dict[str, str]  # the launch file's variables ({} without the launcher)
+    # the text of each file whose whole content the plan computes, by path ({"text", "comment":
+    # the file's comment mark, "" for none}): the launch file, the waker's configuration
+    documents: dict[str, dict[str, str]]
     env: tuple[tuple[str, str], ...]  # the server's environment, in order (a later pair wins)
     env_lines: tuple[tuple[str, str], ...]  # the env file's: env less the launch file's
+    env_notes: tuple[str, ...]  # the env file's comment lines after its heading
     kv_cache_tokens: int  # the KV cache in tokens (0: vLLM's own sizing)
     warmup_argv: tuple[str, ...]  # ExecStartPost
     relaunch_argv: tuple[str, ...]  # ExecReload (with --main-pid)
     relaunch_check_argv: tuple[str, ...]  # ExecReload's check, first
+    restart_argv: tuple[str, ...]  # the deploy's restart (--reload: a reload where it applies)
     launcher_script: str  # "" without the launcher
     as_service_user: tuple[str, ...]  # the prefix of a `+` line's command run as the service user
     textfile_dir: str  # the Prometheus textfile folder ("": off)
@@ -232,6 +242,18 @@ def _load_balanced(setting: Any, awake_port: int) -> bool:
     if str(setting).strip().lower() == "auto":
         return awake_port > 0
     return truthy(setting)
+
+
+def launcher_paths(config_dir: str, name: str) -> dict[str, str]:
+    """The launcher's files of instance `name` (LAUNCHER_PATHS): its launch file, the unit's
+    RuntimeDirectory (under /run) and the launcher's state file in it. `warmctl restart` reads
+    them here too: the files root expects that instance's running launcher to name."""
+    runtime_dir = f"vllm-{name}"
+    return {
+        "launch_file": f"{config_dir}/{name}.launch",
+        "runtime_dir": runtime_dir,
+        "launch_state": f"/run/{runtime_dir}/launcher.json",
+    }
 
 
 def local_address(bind: str) -> str:
@@ -308,7 +330,7 @@ def _files(
         _entry(paths["env_file"], "vllm-instance.env.j2", "vllm_service", name),
     ]
     if paths["launch_file"]:
-        files.append(_entry(paths["launch_file"], "vllm-instance.launch.j2", "vllm_service", name))
+        files.append(_entry(paths["launch_file"], DOCUMENT, "vllm_service", name))
     for w in windows:
         for action in ACTIONS:
             units = w["units"][action]
@@ -325,7 +347,7 @@ def _files(
     if paths["waker_unit"]:
         files.append(_entry(f"{unit_dir}/{paths['waker_unit']}", "vllm-waker.service.j2",
                             "vllm_schedule", name))  # fmt: skip
-        files.append(_entry(paths["waker_config"], "vllm-waker.json.j2", "vllm_schedule", name))
+        files.append(_entry(paths["waker_config"], DOCUMENT, "vllm_schedule", name))
     if windows:
         files.append(_entry(paths["window_script"], "vllm-reconcile.sh.j2", "vllm_schedule", name))
         files.append(_entry(f"{unit_dir}/{paths['window_unit']}", "vllm-reconcile.service.j2",
@@ -402,6 +424,8 @@ def _server(instance: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, A
         venv=str(s["vllm_install_warmctl_venv"]),
         launch_file=f["launch_file"],
         launch_state=f["launch_state"],
+        unit=f["unit"],
+        config_dir=f["config_dir"],
     )
     return server_plan(instance, s, core)
 
@@ -441,10 +465,10 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
     load_balanced = _load_balanced(s["vllm_proxy_load_balanced"], awake_port)
     restart_hold = proxied and not load_balanced
     unit_dir, config_dir = s["vllm_service_unit_dir"], s["vllm_service_config_dir"]
-    runtime_dir = f"vllm-{name}" if launcher else ""
+    own = launcher_paths(config_dir, name) if launcher else dict.fromkeys(LAUNCHER_PATHS, "")
     paths = {
         "env_file": f"{config_dir}/{name}.env",
-        "launch_file": f"{config_dir}/{name}.launch" if launcher else "",
+        "launch_file": own["launch_file"],
         "unit_file": f"{unit_dir}/vllm-{name}.service",
         "proxy_conf": f"{s['vllm_proxy_conf_dir']}/vllm-{name}.conf",
         "window_unit": f"vllm-{name}-window.service" if window_facts else "",
@@ -459,8 +483,9 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "sleep": sleep,
         "proxied": proxied,
         "launcher": launcher,
-        "runtime_dir": runtime_dir,
-        "launch_state": f"/run/{runtime_dir}/launcher.json" if launcher else "",
+        "runtime_dir": own["runtime_dir"],
+        "launch_state": own["launch_state"],
+        "config_dir": config_dir,
         "port": port,
         "upstream": upstream,
         "bind": bind,
@@ -485,7 +510,13 @@ def instance_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) ->
         "output_check": truthy(s["vllm_schedule_output_check"]),
     }
     plan = InstanceFacts(**facts, **_server(instance, s, facts))
-    return replace(plan, units=unit_plan(plan, instance, s))
+    units = unit_plan(plan, instance, s)
+    waker = units.get("waker") or {}
+    documents = dict(plan.documents)
+    if waker.get("config_path"):
+        text = json.dumps(waker["config"], indent=2)
+        documents[waker["config_path"]] = {"comment": "", "text": text}
+    return replace(plan, units=units, documents=documents)
 
 
 def inventory_facts(instance: Mapping[str, Any], variables: Mapping[str, Any]) -> InstanceFacts:

@@ -211,6 +211,7 @@ def render_instance(
     for produced in plan.files:
         if produced["role"] not in RENDERED_ROLES:
             continue
-        extra = {"vllm_window": produced["window"], "vllm_window_action": produced["action"]}
+        extra = {"vllm_window": produced["window"], "vllm_window_action": produced["action"],
+                 "vllm_file": produced}  # fmt: skip
         files[produced["path"]] = _render(produced["template"], _combine(variables, extra))
     return RenderedInstance(variables[DEVICE_KEY], plan, files)

@@ -7,11 +7,15 @@ it, computed here once for the templates, `warmctl render` and the roles.
     exec_argv     the unit's ExecStart: the server's argv, or under the launcher the launcher's
                   command line (`-- -m MODULE`; the arguments are in the launch file)
     launch_args, launch_env   the launch file's content ((), {} without the launcher)
+    documents     the text of each file whose whole content the plan computes, by path: the
+                  launch file here (the waker's configuration: warmctl.plan.instance adds it)
     env           the server's environment in the environment file's order (a later pair wins)
     env_lines     the environment file's (name, value) pairs: `env` less what the launch file sets
+    env_notes     its comment lines (where the launch file's share of the environment is)
     kv_cache_tokens   the KV cache the server gets in tokens (0: vLLM's own sizing)
     warmup_argv, relaunch_argv, relaunch_check_argv   the unit's warmup (ExecStartPost) and
                   its reload's relaunch (ExecReload)
+    restart_argv  the deploy's restart or reload of the unit (`warmctl restart`)
     launcher_script   the launcher in warmctl's venv ("" without the launcher)
     as_service_user   the prefix that runs a privileged (`+`) line's command as the service user
 
@@ -85,6 +89,8 @@ class Core(NamedTuple):
     venv: str  # warmctl's venv (vllm_install_warmctl_venv)
     launch_file: str
     launch_state: str
+    unit: str
+    config_dir: str
 
 
 def _list(value: Any) -> list[Any]:
@@ -242,14 +248,17 @@ def server_plan(instance: Mapping[str, Any], s: Mapping[str, Any], c: Core) -> d
         "exec_argv": tuple(launcher_argv(s, c, module) if c.launcher else argv),
         "launch_args": tuple(args) if c.launcher else (),
         "launch_env": launched,
+        "documents": {c.launch_file: launch_document(c.name, args, launched)} if c.launcher else {},
         "env": tuple(env),
         "env_lines": tuple(pair for pair in env if pair[0] not in launched),
+        "env_notes": env_notes(c),
         "kv_cache_tokens": kv_tokens if c.gpu else 0,
         "warmup_argv": (c.warmctl, "warmup", *warmup),
         "relaunch_argv": (c.warmctl, "relaunch", *warmup),
         # the launcher's own files named: the check reads only them, whoever runs it (the
         # unit's ExecReload, the deploy's check as root), whatever the launcher's command says
         "relaunch_check_argv": (c.warmctl, "relaunch", c.target, "--check", *_own_files(c)),
+        "restart_argv": restart_argv(s, c),
         "launcher_script": launcher_script(c.venv) if c.launcher else "",
         "as_service_user": tuple(service_user(s)),
         "textfile_dir": str(s["vllm_service_textfile_dir"] or ""),
@@ -257,6 +266,39 @@ def server_plan(instance: Mapping[str, Any], s: Mapping[str, Any], c: Core) -> d
         "cache_dir": str(s["vllm_install_cache_dir"]),
         "summary": summary(instance, c),
     }
+
+
+def env_notes(c: Core) -> tuple[str, ...]:
+    """The env file's comment lines after its heading: where the rest of the environment is."""
+    if not c.launcher:
+        return ()
+    return (
+        f"vLLM's own variables (VLLM_*, but those the warmup reads too) are in {c.launch_file}:",
+        "the launcher applies them at every (re)launch.",
+    )
+
+
+def launch_document(name: str, args: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
+    """The launch file's text (the launcher's parser reads it: `#` lines, then one JSON object)."""
+    head = [
+        f"warmctl instance: {name}",
+        f'What the pre-imported launcher of vLLM instance "{name}" runs at every (re)launch: '
+        "vLLM's",
+        "arguments (after `-m MODULE`, which the unit imports once) and vLLM's own variables. "
+        "A deploy",
+        "that changes only this file reloads the instance (a new server, no imports); see "
+        "docs/LAUNCHER.md.",
+    ]
+    body = json.dumps({"argv": list(args), "env": dict(env)}, indent=2)
+    return {"comment": "#", "text": "".join(f"# {line}\n" for line in head) + body}
+
+
+def restart_argv(s: Mapping[str, Any], c: Core) -> tuple[str, ...]:
+    """The deploy's restart of the unit (warmctl.host.restart; --reload: a reload where the unit
+    can apply the change by one), bounded by the unit's own stop and start timeouts."""
+    job = int(s["vllm_service_timeout_stop_sec"]) + int(s["vllm_service_timeout_start_sec"]) + 60
+    return (c.warmctl, "restart", c.name, "--unit", c.unit, "--config-dir", c.config_dir,
+            "--job-timeout", str(job))  # fmt: skip
 
 
 def _own_files(c: Core) -> tuple[str, ...]:

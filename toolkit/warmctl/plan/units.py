@@ -7,7 +7,8 @@ clears, and the waker's configuration. `unit_plan()` computes it from the instan
     units["services"][SERVICE]       one sleep or wake service (a window's, a sleep trigger's,
                                      the request wake's): its argv, flags, conditions, sandbox
     units["waker"]                   the waker unit: argv, limits, sandbox, and `config` (the
-                                     JSON file `warmctl waker --config` reads) with its text
+                                     JSON file `warmctl waker --config` reads; its text is
+                                     one of the plan's documents)
     units["reconcile"]               the boot-time window check: its After= and sandbox
 
 The hardening table: every line of every unit's sandbox, in the order the units print them,
@@ -17,7 +18,6 @@ each with the unit kinds that have it; a line that only some kinds have says why
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
@@ -324,8 +324,7 @@ def _waker(f: InstanceFacts, s: Mapping[str, Any], config_path: str) -> dict[str
         "comment": _waker_comment(f, s),
         "argv": [f.warmctl, "waker", "--config", config_path],
         "config_path": config_path,
-        "config": config,
-        "config_text": json.dumps(config, indent=2),  # the template ends the file
+        "config": config,  # its file's text: the plan's documents (warmctl.plan.instance)
         "limit_nofile": WAKER_MAX_CONNECTIONS * 2,
         "hardening": hardening("waker", paths, ["PrivateDevices=yes"]) if _on(s) else [],
     }

@@ -61,8 +61,9 @@ for stage in $stages; do
     # one pytest session, one pair of hosts (installed once by the first deploy) for both e2e
     # tiers, in this order: tests/e2e, then the hardening modules on the same hosts (the load
     # balancer first: the proxied deploy leaves what it needs; tensor parallel last, as it
-    # replaces the second host's instance). -rP: print each check's figures.
-    e2e) wait_prefetch; run_stage e2e pytest -m e2e -rP tests/e2e \
+    # replaces the second host's instance). -rP: print each check's figures; --durations: where
+    # the stage's time goes (the slowest tests, each its own setup, call and teardown).
+    e2e) wait_prefetch; run_stage e2e pytest -m e2e -rP --durations=15 tests/e2e \
            tests/hardening/test_e2e_lb.py tests/hardening/test_e2e_proxy.py \
            tests/hardening/test_e2e_tp.py tests/hardening/test_e2e_wake.py \
            tests/hardening/test_e2e_hold.py "$@" ;;
